@@ -1,0 +1,21 @@
+"""Error types users see. One base class so callers can catch everything groundplan raises on purpose."""
+from __future__ import annotations
+
+
+class GroundplanError(Exception):
+    """Base class for errors caused by bad input or a missing install, with a message a user can act on."""
+
+
+class UnknownNameError(GroundplanError, KeyError):
+    """A registry was asked for a name it does not hold; the message lists the valid names."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidInputError(GroundplanError, ValueError):
+    """An instruction, option list, action or config value that cannot be used as given."""
+
+
+class MissingModelError(GroundplanError, RuntimeError):
+    """An embedded model package is not installed; the message says how to install it."""

@@ -1,0 +1,34 @@
+"""Grounding interfaces: affordance sources give p(c_π | s, ℓ_π) for each skill label.
+
+SayCan (Ahn et al., Sec. 3) multiplies the LLM's p(ℓ_π | i) by this affordance; SayCanPay's Can
+model and SayCan's value functions both fit this shape.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from groundplan.envs.base import Observation, Task
+
+
+@runtime_checkable
+class AffordanceSource(Protocol):
+    """Maps (observation, skill labels, history of executed labels) → probabilities in [0, 1]."""
+
+    def reset(self, task: Task, seed: int) -> None:
+        """Called at episode start (sources that are consistent with a query need the task)."""
+        ...
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        ...
+
+
+class Affordance:
+    """Convenience base with a no-op ``reset``."""
+
+    def reset(self, task: Task, seed: int) -> None:  # noqa: D401 - interface method
+        return None
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError

@@ -1,0 +1,107 @@
+"""Episode traces: the unit of evidence (DESIGN.md, "Traces and results").
+
+Every number the project prints is computed from these records, so any figure can be traced back to
+the episodes behind it. Traces serialise to one JSON object per episode (JSON lines).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+@dataclass
+class CandidateScore:
+    """One option considered at a step with every score component (SayCan Fig. 7's three bars).
+
+    ``llm`` is log p_LLM, ``affordance`` is p_affordance in [0, 1] (None when not used) and
+    ``combined`` is what the planner ranked by (log-space).
+    """
+
+    skill: str
+    llm: float
+    affordance: float | None
+    combined: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepTrace:
+    """One planner decision and what executing it did."""
+
+    index: int
+    chosen: str
+    done: bool
+    candidates: list[CandidateScore] = field(default_factory=list)
+    prompt_delta: str = ""
+    success: bool | None = None
+    feedback: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeTrace:
+    """A whole episode: identity, every step, and the outcome."""
+
+    episode_id: str
+    planner: str
+    env: str
+    task_id: str
+    family: str
+    instruction: str
+    seed: int
+    llm: str
+    config_hash: str = ""
+    prompt: str = ""
+    steps: list[StepTrace] = field(default_factory=list)
+    terminated: bool = False  # the planner chose "done" (vs hitting max steps or an error)
+    execution_success: bool = False  # goal holds in the final executed state
+    plan_success: bool | None = None  # goal holds when the chosen skills are replayed noise-free
+    goal_details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    wall_s: float = 0.0
+
+    @property
+    def plan(self) -> list[str]:
+        return [s.chosen for s in self.steps if not s.done]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeTrace":
+        d = dict(d)
+        steps = []
+        for s in d.pop("steps", []):
+            s = dict(s)
+            s["candidates"] = [CandidateScore(**c) for c in s.get("candidates", [])]
+            steps.append(StepTrace(**s))
+        return cls(steps=steps, **d)
+
+
+def write_traces(path: str | Path, traces: Iterable[EpisodeTrace], append: bool = True) -> None:
+    """Append traces as JSON lines, flushing after each so that a crash loses no finished episode."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for t in traces:
+            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+            f.flush()
+
+
+def read_traces(path: str | Path) -> Iterator[EpisodeTrace]:
+    """Read traces back; a torn last line (a crash mid-write) is skipped, not fatal."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield EpisodeTrace.from_dict(json.loads(line))
+            except json.JSONDecodeError:
+                continue
