@@ -1,0 +1,24 @@
+"""Language-model backends. ``load_llm("hf", model=...)`` builds one; configs name backends by string."""
+from __future__ import annotations
+
+from typing import Any
+
+from groundplan.llm.base import Generation, LanguageModel, OptionScore
+from groundplan.registry import Registry
+
+LLM_BACKENDS: Registry = Registry("LLM backend")
+
+
+@LLM_BACKENDS.register("hf")
+def _hf(**options: Any) -> LanguageModel:
+    from groundplan.llm.hf import HFLanguageModel
+
+    return HFLanguageModel(**options)
+
+
+def load_llm(backend: str = "hf", **options: Any) -> LanguageModel:
+    """Build a language model by backend name (``hf``) and backend options (``model=...``)."""
+    return LLM_BACKENDS.get(backend)(**options)
+
+
+__all__ = ["LLM_BACKENDS", "Generation", "LanguageModel", "OptionScore", "load_llm"]

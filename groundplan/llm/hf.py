@@ -1,0 +1,354 @@
+"""Hugging Face transformers backend: shared-prefix option scoring, prefix-cached generation.
+
+Scoring (SayCan's pattern: many short options after one long prompt). The prompt runs once, or not
+at all when the prefix cache holds it; then all options are packed after it into one sequence whose
+4-D attention mask lets every option token see the prompt's cached keys/values and the earlier tokens
+of its own option only (the layout of tree attention / SpecInfer). Position ids restart after the
+prompt for every option, so each option is computed exactly as in a lone ``prompt + option`` forward.
+Vocabulary logits are computed only at the positions that predict an option token.
+
+Tokenisation at the boundary: an option's tokens are those it gets inside ``prompt + option``,
+i.e. every token of the joint encoding whose character span ends past the prompt (a leading space
+or a merge across the boundary included), conditioned on the joint encoding's own prompt tokens.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from groundplan.errors import InvalidInputError
+from groundplan.llm.base import Generation, OptionScore, ScoreRequest
+from groundplan.llm.embeddings import SentenceEmbedder
+from groundplan.llm.loading import DEFAULT_EMBEDDER, DEFAULT_LLM, load_causal_lm
+from groundplan.llm.prefix_cache import CacheEntry, PrefixCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineStats:
+    """Counters for benchmarks and the scorer actor's metrics."""
+
+    score_calls: int = 0
+    options_scored: int = 0
+    forward_tokens: int = 0  # tokens run through the transformer (prompt remainder + options)
+    logit_positions: int = 0  # positions at which vocabulary logits were computed
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class _OptionPlan:
+    segment: np.ndarray  # tokens after the shared context (context tail + option tokens)
+    scored_from: int  # index in ``segment`` of the first option token
+
+
+class HFLanguageModel:
+    """The default :class:`~groundplan.llm.base.LanguageModel`, backed by transformers.
+
+    Args:
+        model: an embedded model name (``smollm2-135m-instruct``), a Hugging Face id or a local path.
+        dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
+        device_map: passed to ``from_pretrained`` when a GPU is present (accelerate placement).
+        embedder: sentence encoder for :meth:`embed`.
+        prefix_cache_mb: byte budget of the cross-call prefix cache (LRU).
+        max_pack_tokens: option tokens packed into one forward pass (bounds memory).
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_LLM,
+        dtype: str = "auto",
+        device_map: str | None = "auto",
+        embedder: str = DEFAULT_EMBEDDER,
+        prefix_cache_mb: int = 1024,
+        max_pack_tokens: int = 512,
+    ) -> None:
+        if max_pack_tokens < 1:
+            raise InvalidInputError("max_pack_tokens must be at least 1")
+        loaded = load_causal_lm(model, dtype=dtype, device_map=device_map)
+        self.name = model
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.device = self.model.get_input_embeddings().weight.device
+        self.cache = PrefixCache(int(prefix_cache_mb) << 20)
+        self.max_pack_tokens = int(max_pack_tokens)
+        self.stats = EngineStats()
+        self._embedder = SentenceEmbedder(embedder)
+        self._lock = threading.RLock()
+        self._bool_mask = self.model.config._attn_implementation == "sdpa"
+        self._special = set(self.tokenizer.all_special_ids)
+        self._eos = {i for i in [self.tokenizer.eos_token_id] if i is not None}
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    # ------------------------------------------------------------------ tokenisation
+    def _encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tokenizer(text, add_special_tokens=True).input_ids, dtype=np.int64)
+
+    def _split(self, prompt: str, options: Sequence[str]) -> tuple[np.ndarray, list[_OptionPlan], list[np.ndarray]]:
+        """Tokenise ``prompt + option`` jointly and find each option's own tokens (see module doc).
+
+        Returns the context shared by all options, each option's segment after it, and each option's
+        full joint encoding (for the reference path)."""
+        if not options:
+            raise InvalidInputError("score() needs at least one option")
+        plen = len(prompt)
+        enc = self.tokenizer([prompt + o for o in options], add_special_tokens=True, return_offsets_mapping=True)
+        fulls, firsts = [], []
+        for opt, ids, offs in zip(options, enc["input_ids"], enc["offset_mapping"]):
+            # drop trailing special tokens some tokenizers append (EOS); they are not the option's text
+            while len(ids) > 1 and ids[-1] in self._special and tuple(offs[-1]) == (0, 0):
+                ids, offs = ids[:-1], offs[:-1]
+            first = next((j for j, (_, end) in enumerate(offs) if end > plen), None)
+            if not opt or first is None:
+                raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
+            if first == 0:
+                raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
+            fulls.append(np.asarray(ids, dtype=np.int64))
+            firsts.append(first)
+        shared = min(firsts)
+        base = fulls[0][:shared]
+        for f in fulls[1:]:
+            neq = np.flatnonzero(f[:shared] != base)
+            if len(neq):
+                shared = int(neq[0])
+                base = base[:shared]
+        if shared == 0:
+            raise InvalidInputError("the options share no prompt tokens to condition on")
+        plans = [_OptionPlan(f[shared:], k - shared) for f, k in zip(fulls, firsts)]
+        return base, plans, fulls
+
+    # ------------------------------------------------------------------ forward helpers
+    def _new_cache(self, kv: list[tuple[torch.Tensor, torch.Tensor]] | None):
+        from transformers import DynamicCache
+
+        if not kv:
+            return DynamicCache(config=self.model.config)
+        return DynamicCache(ddp_cache_data=kv, config=self.model.config)
+
+    def _context(self, ctx: np.ndarray) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """Key/values of ``ctx`` and the log-probs of the token after it, reusing the prefix cache.
+
+        At least the last context token is recomputed unless an entry matches ``ctx`` exactly, since
+        partial entries hold no logits at the match point."""
+        entry, m = self.cache.lookup(ctx)
+        if entry is not None and m == len(ctx) == len(entry):
+            return entry.kv, entry.last_logprobs
+        m = min(m, len(ctx) - 1)
+        past = [(k[:, :, :m], v[:, :, :m]) for k, v in entry.kv] if (entry is not None and m > 0) else None
+        new = torch.as_tensor(ctx[m:], device=self.device).unsqueeze(0)
+        positions = torch.arange(m, len(ctx), device=self.device).unsqueeze(0)
+        cache = self._new_cache(past)
+        out = self.model(input_ids=new, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.stats.forward_tokens += len(ctx) - m
+        self.stats.logit_positions += 1
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        last = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logprobs=last))
+        return kv, last
+
+    def _packed_mask(self, seg_ids: np.ndarray, past_len: int) -> torch.Tensor:
+        """[1, 1, Q, past+Q] mask: all cached columns, plus causal attention within one's own segment."""
+        q = len(seg_ids)
+        idx = np.arange(q)
+        own = (seg_ids[:, None] == seg_ids[None, :]) & (idx[None, :] <= idx[:, None])
+        allowed = np.concatenate([np.ones((q, past_len), dtype=bool), own], axis=1)
+        mask = torch.from_numpy(allowed).to(self.device)
+        if not self._bool_mask:
+            dtype = self.model.dtype
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~mask, torch.finfo(dtype).min)
+        return mask[None, None]
+
+    def _chunks(self, plans: list[_OptionPlan]) -> list[list[int]]:
+        chunks, cur, size = [], [], 0
+        for i, p in enumerate(plans):
+            n = len(p.segment)
+            if cur and size + n > self.max_pack_tokens:
+                chunks.append(cur)
+                cur, size = [], 0
+            cur.append(i)
+            size += n
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    # ------------------------------------------------------------------ public API
+    @torch.inference_mode()
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        """Log-prob of each option as the continuation of ``prompt`` (shared-prefix, packed)."""
+        options = list(options)
+        with self._lock:
+            ctx, plans, _ = self._split(prompt, options)
+            kv, last = self._context(ctx)
+            past_len = len(ctx)
+            token_lps: list[list[float]] = [[] for _ in plans]
+            for chunk in self._chunks(plans):
+                ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
+                start = 0
+                for i in chunk:
+                    seg, s0 = plans[i].segment, plans[i].scored_from
+                    ids.append(seg)
+                    seg_ids.append(np.full(len(seg), i))
+                    pos.append(np.arange(past_len, past_len + len(seg)))
+                    for j in range(max(s0, 1), len(seg)):
+                        keep.append(start + j - 1)
+                        targets.append(seg[j])
+                        owners.append(i)
+                    start += len(seg)
+                for i in chunk:  # a first option token right after the context uses the cached logits
+                    if plans[i].scored_from == 0:
+                        token_lps[i].append(float(last[plans[i].segment[0]]))
+                seg_arr = np.concatenate(seg_ids)
+                if keep:
+                    input_ids = torch.as_tensor(np.concatenate(ids), device=self.device).unsqueeze(0)
+                    position_ids = torch.as_tensor(np.concatenate(pos), device=self.device).unsqueeze(0)
+                    keep_t = torch.as_tensor(keep, device=self.device)
+                    out = self.model(
+                        input_ids=input_ids,
+                        position_ids=position_ids,
+                        attention_mask=self._packed_mask(seg_arr, past_len),
+                        past_key_values=self._new_cache(kv),
+                        use_cache=True,
+                        logits_to_keep=keep_t,
+                    )
+                    lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+                    picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+                    for owner, value in zip(owners, picked):
+                        token_lps[owner].append(value)
+                    self.stats.forward_tokens += len(seg_arr)
+                    self.stats.logit_positions += len(keep)
+            self.stats.score_calls += 1
+            self.stats.options_scored += len(options)
+        return [_option_score(o, lps) for o, lps in zip(options, token_lps)]
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
+        """Each request uses its own longest cached prefix, so requests from different episodes that
+        share few-shot examples share their key/values through the prefix cache."""
+        return [self.score(p, o) for p, o in requests]
+
+    @torch.inference_mode()
+    def score_reference(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        """The naive baseline: one full forward pass per ``prompt + option``, all logits computed.
+        Used by tests (equivalence) and the scoring benchmark (speed-up)."""
+        options = list(options)
+        with self._lock:
+            _, plans, fulls = self._split(prompt, options)
+            results = []
+            for opt, plan, full in zip(options, plans, fulls):
+                first = len(full) - (len(plan.segment) - plan.scored_from)
+                logits = self.model(input_ids=torch.as_tensor(full, device=self.device).unsqueeze(0)).logits[0]
+                lp = torch.log_softmax(logits.float(), dim=-1)
+                tgt = torch.as_tensor(full[first:], device=lp.device)
+                results.append(_option_score(opt, lp[first - 1 : len(full) - 1].gather(1, tgt.unsqueeze(1)).squeeze(1).tolist()))
+        return results
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt: str,
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        """``n`` samples decoded together over the cached prompt: the samples are packed side by side
+        in one sequence (each attends to the prompt and its own tokens), so the prompt's key/values
+        are never copied per sample. ``temperature == 0`` is greedy. Log-probs are the model's own
+        (temperature 1), as Zero-Shot Planners' P(â) requires."""
+        if n < 1 or max_new_tokens < 1:
+            raise InvalidInputError("generate() needs n >= 1 and max_new_tokens >= 1")
+        if temperature < 0 or not (0 < top_p <= 1):
+            raise InvalidInputError("generate() needs temperature >= 0 and 0 < top_p <= 1")
+        stop = [s for s in (stop or []) if s]
+        ctx = self._encode(prompt)
+        if len(ctx) == 0:
+            raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
+        gen = torch.Generator(device="cpu")
+        gen.manual_seed(int(seed) if seed is not None else int(torch.seed() % (2**63)))
+        with self._lock:
+            kv, last = self._context(ctx)
+            past_len = len(ctx)
+            cache = self._new_cache(kv)
+            next_lp = last.unsqueeze(0).expand(n, -1)
+            tokens: list[list[int]] = [[] for _ in range(n)]
+            lps: list[list[float]] = [[] for _ in range(n)]
+            finished: list[str | None] = [None] * n
+            for t in range(max_new_tokens):
+                chosen = _sample(next_lp, temperature, top_p, gen)
+                for j in range(n):
+                    if finished[j] is None:
+                        tokens[j].append(chosen[j])
+                        lps[j].append(float(next_lp[j, chosen[j]]))
+                        if chosen[j] in self._eos or _find_stop(self.tokenizer.decode(tokens[j], skip_special_tokens=True), stop) >= 0:
+                            finished[j] = "stop"
+                if all(f is not None for f in finished) or t == max_new_tokens - 1:
+                    break
+                ids = torch.as_tensor(chosen, device=self.device).unsqueeze(0)
+                positions = torch.full((1, n), past_len + t, device=self.device)
+                # cached generated columns are step-major (step t', sample j'); sample j sees j' == j
+                seg = np.concatenate([np.tile(np.arange(n), t + 1)])
+                q_seg = np.arange(n)
+                allowed = np.concatenate([np.ones((n, past_len), dtype=bool), q_seg[:, None] == seg[None, :]], axis=1)
+                mask = torch.from_numpy(allowed).to(self.device)
+                if not self._bool_mask:
+                    dtype = self.model.dtype
+                    mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~mask, torch.finfo(dtype).min)
+                out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask[None, None],
+                                 past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                next_lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+                self.stats.forward_tokens += n
+        return [self._finish(tokens[j], lps[j], finished[j] or "length", stop) for j in range(n)]
+
+    def _finish(self, tokens: list[int], lps: list[float], reason: str, stop: list[str]) -> Generation:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        cut = _find_stop(text, stop)
+        keep = len(tokens)
+        if tokens and tokens[-1] in self._eos:
+            keep -= 1
+        if cut >= 0:
+            text = text[:cut]
+            # count the tokens that lie wholly before the stop string (as OpenAI-style APIs do)
+            keep = 0
+            while keep < len(tokens) and len(self.tokenizer.decode(tokens[: keep + 1], skip_special_tokens=True)) <= cut:
+                keep += 1
+        used = lps[:keep] if keep else lps[:1]
+        return Generation(text=text, logprob_mean=float(np.mean(used)) if used else 0.0, num_tokens=keep, finish_reason=reason)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embedder.embed(texts)
+
+
+def _option_score(option: str, lps: list[float]) -> OptionScore:
+    total = float(sum(lps))
+    return OptionScore(option=option, logprob_sum=total, logprob_mean=total / len(lps), num_tokens=len(lps))
+
+
+def _find_stop(text: str, stop: Sequence[str]) -> int:
+    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def _sample(logprobs: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> list[int]:
+    """Greedy (T=0) or temperature + nucleus (top-p) sampling from [n, V] log-probs."""
+    if temperature == 0:
+        return logprobs.argmax(dim=-1).tolist()
+    probs = torch.softmax(logprobs / temperature, dim=-1).cpu()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        cum = sorted_p.cumsum(dim=-1)
+        drop = (cum - sorted_p) >= top_p  # keep the smallest set whose mass reaches top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(1).tolist()
+
+

