@@ -1,0 +1,110 @@
+"""Scoring benchmark: naive per-option forwards vs shared-prefix packed scoring on the SayCan kitchen.
+
+Prompt: the SayCan Appendix C.2 few-shot dialog + an instruction + one executed step; options: every
+kitchen skill (51). Prints options/s for both paths and their ratio, the packed path's share of this
+machine's measured matmul FLOP/s (2 x parameters x tokens), and one SayCan step's cost with a warm
+prefix cache (the previous step's prompt cached) against a cold one.
+
+    python benchmarks/bench_scoring.py [--model NAME] [--naive-options 12] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from groundplan.envs.kitchen.skills import SKILLS
+from groundplan.llm.hf import HFLanguageModel
+from groundplan.planners.saycan import load_prompt
+
+
+def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
+    """Best sustained FLOP/s of a square matmul on this machine (the 'FLOP limit')."""
+    best = 0.0
+    for n in (512, 1024, 2048):
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        a @ b
+        reps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 3:
+            a @ b
+            reps += 1
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
+    return best
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--naive-options", type=int, default=12, help="options timed on the naive path (a rate)")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+
+    lm = HFLanguageModel(args.model, dtype=args.dtype)
+    device = "cuda" if lm.device.type == "cuda" else "cpu"
+    options = [" " + s for s in SKILLS]
+    step1 = load_prompt("saycan_kitchen") + "Human: How would you bring me a coke can?\nRobot: 1."
+    prompt = step1 + " find a coke can, 2."
+    n_prompt = len(lm.tokenizer(prompt).input_ids)
+    params = lm.num_parameters
+    print(f"model={args.model} params={params/1e6:.1f}M device={device} dtype={lm.model.dtype}")
+    print(f"prompt_tokens={n_prompt} options={len(options)} torch_threads={torch.get_num_threads()}")
+
+    peak = matmul_flops(lm.model.dtype, device)
+    print(f"matmul peak: {peak/1e9:.1f} GFLOP/s")
+
+    sub = options[: args.naive_options]
+    lm.score_reference(prompt, sub[:1])  # warm-up
+    t_naive = timed(lambda: lm.score_reference(prompt, sub), 1)
+    naive_ops = len(sub) / t_naive
+    print(f"naive (one full forward per option): {naive_ops:.2f} options/s ({len(sub)} options in {t_naive:.2f} s)")
+
+    def cold():
+        lm.cache.clear()
+        lm.score(prompt, options)
+
+    cold()  # warm-up
+    tok0 = lm.stats.forward_tokens
+    t_cold = timed(cold, args.repeats)
+    tokens_per_call = (lm.stats.forward_tokens - tok0) / args.repeats
+    batched_ops = len(options) / t_cold
+    flop_fraction = 2 * params * tokens_per_call / t_cold / peak
+    print(f"shared-prefix packed (cold cache, prompt included): {batched_ops:.2f} options/s "
+          f"({t_cold*1e3:.0f} ms/step, {tokens_per_call:.0f} tokens, {tokens_per_call/t_cold:.0f} tokens/s)")
+    print(f"ratio over naive: {batched_ops/naive_ops:.1f}x; FLOP fraction: {flop_fraction:.2f}")
+
+    # one SayCan step: cold = nothing cached; warm = the previous step's prompt is in the cache
+    def warm():
+        lm.cache.clear()
+        lm.score(step1, options)
+
+    warm_times = []
+    for _ in range(args.repeats):
+        warm()
+        t0 = time.perf_counter()
+        lm.score(prompt, options)
+        warm_times.append(time.perf_counter() - t0)
+    t_warm = statistics.median(warm_times)
+    print(f"SayCan step: warm prefix cache {t_warm*1e3:.0f} ms, cold {t_cold*1e3:.0f} ms ({t_cold/t_warm:.1f}x)")
+    print(f"result: ratio={batched_ops/naive_ops:.1f} flop_fraction={flop_fraction:.2f} "
+          f"warm_step_s={t_warm:.3f} cold_step_s={t_cold:.3f}")
+
+
+if __name__ == "__main__":
+    main()
