@@ -19,3 +19,7 @@ class InvalidInputError(GroundplanError, ValueError):
 
 class MissingModelError(GroundplanError, RuntimeError):
     """An embedded model package is not installed; the message says how to install it."""
+
+
+class MissingDependencyError(GroundplanError, ImportError):
+    """A plugin's optional dependency is not installed; the message says which extra installs it."""

@@ -2,12 +2,17 @@
 
 Configs name plugins by string; a registry turns the string into the factory and, when the name is
 unknown, raises an error that lists every valid name (habitat-lab / LeRobot style).
+
+Plugins are declared lazily as ``"module:attribute"`` so that listing names imports nothing, a
+plugin's heavy or optional dependencies (pybullet, virtualhome) load only when it is used, and a
+missing optional dependency gives an install hint instead of breaking ``import groundplan``.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
-from groundplan.errors import UnknownNameError
+from groundplan.errors import MissingDependencyError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -17,7 +22,8 @@ class Registry(Generic[T]):
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self._items: dict[str, T] = {}
+        self._items: dict[str, T | str] = {}
+        self._extras: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@ENVS.register("kitchen")`` above a class or factory function."""
@@ -30,13 +36,33 @@ class Registry(Generic[T]):
 
         return deco
 
+    def register_lazy(self, name: str, target: str, extra: str | None = None) -> None:
+        """Declare ``name`` → ``"package.module:attribute"``, imported on first :meth:`get`.
+        ``extra`` names the pip extra that installs the plugin's optional dependencies."""
+        if name in self._items:
+            raise ValueError(f"{self.kind} '{name}' is registered twice")
+        self._items[name] = target
+        if extra:
+            self._extras[name] = extra
+
     def get(self, name: str) -> T:
         try:
-            return self._items[name]
+            item = self._items[name]
         except KeyError:
             raise UnknownNameError(
                 f"unknown {self.kind} '{name}'; valid {self.kind} names: {', '.join(sorted(self._items))}"
             ) from None
+        if isinstance(item, str):
+            module, _, attr = item.partition(":")
+            try:
+                item = getattr(importlib.import_module(module), attr)
+            except ImportError as e:
+                hint = f"pip install 'groundplan[{self._extras[name]}]'" if name in self._extras else "check the install"
+                raise MissingDependencyError(
+                    f"{self.kind} '{name}' needs a package that is not installed ({e}); install it with: {hint}"
+                ) from e
+            self._items[name] = item
+        return item
 
     def names(self) -> list[str]:
         return sorted(self._items)

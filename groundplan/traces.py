@@ -60,6 +60,7 @@ class EpisodeTrace:
     execution_success: bool = False  # goal holds in the final executed state
     plan_success: bool | None = None  # goal holds when the chosen skills are replayed noise-free
     goal_details: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # env-specific, e.g. executability, LCS
     error: str | None = None
     wall_s: float = 0.0
 
@@ -85,10 +86,19 @@ def write_traces(path: str | Path, traces: Iterable[EpisodeTrace], append: bool 
     """Append traces as JSON lines, flushing after each so that a crash loses no finished episode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    torn = append and path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
     with path.open("a" if append else "w", encoding="utf-8") as f:
+        if torn:  # a crash mid-write left a partial line: start on a fresh one so no record merges into it
+            f.write("\n")
         for t in traces:
             f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
             f.flush()
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1)
 
 
 def read_traces(path: str | Path) -> Iterator[EpisodeTrace]:

@@ -1,6 +1,7 @@
-"""Environments. ``ENVS.get(name)(**options)`` builds one; importing this package registers them."""
+"""Environments. ``ENVS.get(name)(**options)`` builds one; entries import their module on first use."""
 from groundplan.registry import Registry
 
 ENVS: Registry = Registry("env")
-
-from groundplan.envs import kitchen  # noqa: E402,F401  (registers "kitchen")
+ENVS.register_lazy("kitchen", "groundplan.envs.kitchen.env:KitchenEnv")
+ENVS.register_lazy("tabletop", "groundplan.envs.tabletop.env:TabletopEnv", extra="tabletop")
+ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEnv", extra="virtualhome")

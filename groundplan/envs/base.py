@@ -85,6 +85,12 @@ class Env(ABC):
     def check_goal(self) -> GoalResult:
         """Evaluate the current task's goal on the current state."""
 
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        """Env-specific per-episode metrics computed at the end of an episode from its trace (an
+        :class:`~groundplan.traces.EpisodeTrace`), e.g. executability or LCS against reference plans
+        (Zero-Shot Planners, Sec. 4). The summary table averages them per (planner, family)."""
+        return {}
+
     def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
         """Plan success: replay ``plan`` from the episode's start state with execution noise turned
         off and check the goal. This operationalises SayCan's "plan success" (the right skills, in a

@@ -7,13 +7,7 @@ from groundplan.llm.base import Generation, LanguageModel, OptionScore
 from groundplan.registry import Registry
 
 LLM_BACKENDS: Registry = Registry("LLM backend")
-
-
-@LLM_BACKENDS.register("hf")
-def _hf(**options: Any) -> LanguageModel:
-    from groundplan.llm.hf import HFLanguageModel
-
-    return HFLanguageModel(**options)
+LLM_BACKENDS.register_lazy("hf", "groundplan.llm.hf:HFLanguageModel")
 
 
 def load_llm(backend: str = "hf", **options: Any) -> LanguageModel:

@@ -2,5 +2,9 @@
 from groundplan.registry import Registry
 
 PLANNERS: Registry = Registry("planner")
-
-from groundplan.planners import saycan  # noqa: E402,F401  (registers saycan, saycan_novf, generative)
+PLANNERS.register_lazy("saycan", "groundplan.planners.saycan:make_saycan")
+PLANNERS.register_lazy("saycan_novf", "groundplan.planners.saycan:make_saycan_novf")
+PLANNERS.register_lazy("generative", "groundplan.planners.saycan:make_generative")
+PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:make_inner_monologue")
+PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot")
+PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla")

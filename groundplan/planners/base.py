@@ -30,8 +30,8 @@ class Planner(ABC):
     name: str = "planner"
 
     @abstractmethod
-    def reset(self, task: Task, observation: Observation) -> None:
-        """Start a new episode for ``task``."""
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        """Start a new episode for ``task``; ``seed`` seeds any sampling and the affordance source."""
 
     @abstractmethod
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:

@@ -3,3 +3,7 @@ from groundplan.registry import Registry
 
 #: affordance-source factories by name: ``AFFORDANCES.get(name)(**options) -> AffordanceSource``
 AFFORDANCES: Registry = Registry("affordance")
+AFFORDANCES.register_lazy("kitchen_value", "groundplan.envs.kitchen.affordance:KitchenValueAffordance")
+AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.envs.kitchen.affordance:LanguageSimAffordance")
+AFFORDANCES.register_lazy("tabletop_detected", "groundplan.envs.tabletop.affordance:DetectedObjectAffordance", extra="tabletop")
+AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.envs.virtualhome.affordance:PreconditionAffordance", extra="virtualhome")

@@ -1,0 +1,139 @@
+"""Evaluation sweeps: expand a config into episodes, run them, persist each trace, summarise.
+
+The in-process runner here is what ``groundplan eval`` uses on one machine; every episode's trace is
+appended to ``traces.jsonl`` as soon as it finishes, and a re-run of the same config skips the
+episodes already there (resume), so an interrupted sweep loses nothing and duplicates nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from groundplan.config import EvalConfig, PlannerSpec
+from groundplan.envs import ENVS
+from groundplan.envs.base import Env, Task
+from groundplan.errors import InvalidInputError
+from groundplan.llm import LLM_BACKENDS, LanguageModel, load_llm
+from groundplan.pipelines.summary import SummaryRow, summarize
+from groundplan.planners import PLANNERS
+from groundplan.planners.base import Planner
+from groundplan.runner import run_episode
+from groundplan.skills import AFFORDANCES
+from groundplan.traces import EpisodeTrace, read_traces, write_traces
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    planner: PlannerSpec
+    task: Task
+    seed: int
+
+    @property
+    def episode_id(self) -> str:
+        return f"{self.planner.display}|{self.task.task_id}|{self.seed}"
+
+
+@dataclass
+class EvalResult:
+    config: EvalConfig
+    traces: list[EpisodeTrace]
+    summary: list[SummaryRow]
+    run_dir: Path
+    skipped: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_names(cfg: EvalConfig) -> None:
+    """Fail before anything loads when a config names an unknown plugin."""
+    ENVS.get(cfg.env.name)
+    LLM_BACKENDS.get(cfg.llm.backend)
+    for p in cfg.planners:
+        PLANNERS.get(p.name)
+        if p.affordance is not None:
+            AFFORDANCES.get(p.affordance)
+
+
+def make_env(cfg: EvalConfig) -> Env:
+    return ENVS.get(cfg.env.name)(**cfg.env.options)
+
+
+def select_tasks(env: Env, cfg: EvalConfig) -> list[Task]:
+    sel = cfg.tasks
+    tasks = env.tasks()
+    if sel.ids:
+        by_id = {t.task_id: t for t in tasks}
+        missing = [i for i in sel.ids if i not in by_id]
+        if missing:
+            raise InvalidInputError(f"unknown task ids {missing}; e.g. {list(by_id)[:3]}")
+        return [by_id[i] for i in sel.ids]
+    families = list(dict.fromkeys(t.family for t in tasks))
+    if sel.families:
+        unknown = [f for f in sel.families if f not in families]
+        if unknown:
+            raise InvalidInputError(f"unknown task families {unknown}; valid: {', '.join(families)}")
+        families = sel.families
+    out: list[Task] = []
+    for fam in families:
+        fam_tasks = [t for t in tasks if t.family == fam]
+        out.extend(fam_tasks if sel.per_family is None else fam_tasks[: sel.per_family])
+    return out
+
+
+def expand(cfg: EvalConfig, env: Env) -> list[EpisodeSpec]:
+    """planners x tasks x seeds, in a stable order."""
+    tasks = select_tasks(env, cfg)
+    return [EpisodeSpec(p, t, s) for p in cfg.planners for t in tasks for s in cfg.seeds]
+
+
+def make_planner(spec: PlannerSpec, lm: LanguageModel, max_steps: int) -> Planner:
+    affordance = AFFORDANCES.get(spec.affordance)(**spec.affordance_options) if spec.affordance else None
+    options = {"max_steps": max_steps, **spec.options}
+    planner = PLANNERS.get(spec.name)(lm=lm, affordance=affordance, **options)
+    planner.name = spec.display
+    return planner
+
+
+def finished_ids(traces_path: Path) -> set[str]:
+    return {t.episode_id for t in read_traces(traces_path)}
+
+
+def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = True, resume: bool = True) -> EvalResult:
+    """Run a sweep in this process and return its traces and summary."""
+    validate_names(cfg)
+    env = make_env(cfg)
+    specs = expand(cfg, env)
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    traces_path = run_dir / "traces.jsonl"
+    (run_dir / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
+    done = finished_ids(traces_path) if resume else set()
+    if not resume and traces_path.exists():
+        traces_path.unlink()
+    todo = [s for s in specs if s.episode_id not in done]
+    lm = lm or load_llm(cfg.llm.backend, model=cfg.llm.model, **cfg.llm.options)
+    planners = {p.display: make_planner(p, lm, cfg.max_steps) for p in cfg.planners}
+    cfg_hash = cfg.hash()
+    t0 = time.perf_counter()
+    bar = tqdm(todo, desc=cfg.name, unit="ep", disable=not progress)
+    for spec in bar:
+        trace = run_episode(
+            planners[spec.planner.display], env, spec.task, spec.seed,
+            max_steps=cfg.max_steps, llm_name=cfg.llm.model, config_hash=cfg_hash, episode_id=spec.episode_id,
+        )
+        write_traces(traces_path, [trace])
+        bar.set_postfix_str(f"{spec.planner.display}: {'ok' if trace.execution_success else 'fail'}")
+    wall = time.perf_counter() - t0
+    wanted = {s.episode_id for s in specs}
+    traces = [t for t in read_traces(traces_path) if t.episode_id in wanted]
+    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
+    (run_dir / "summary.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2))
+    stats = {"episodes_run": len(todo), "wall_s": wall, "episodes_per_min": 60 * len(todo) / wall if todo and wall else 0.0}
+    return EvalResult(cfg, traces, rows, run_dir, skipped=len(specs) - len(todo), stats=stats)

@@ -1,0 +1,100 @@
+"""Summary tables computed from traces only, so every number traces back to its episodes."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from groundplan.traces import EpisodeTrace
+
+ALL = "all"
+
+
+@dataclass
+class SummaryRow:
+    planner: str
+    env: str
+    family: str
+    episodes: int
+    plan_success: float | None  # fraction; None when the env cannot replay plans
+    execution_success: float
+    mean_steps: float
+    errors: int
+    metrics: dict[str, float] = field(default_factory=dict)  # mean of each env metric over the episodes
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _row(planner: str, env: str, family: str, traces: list[EpisodeTrace]) -> SummaryRow:
+    n = len(traces)
+    plan = [t.plan_success for t in traces if t.plan_success is not None]
+    return SummaryRow(
+        planner=planner,
+        env=env,
+        family=family,
+        episodes=n,
+        plan_success=(sum(plan) / len(plan)) if plan else None,
+        execution_success=sum(t.execution_success for t in traces) / n,
+        mean_steps=sum(len(t.plan) for t in traces) / n,
+        errors=sum(t.error is not None for t in traces),
+        metrics={k: sum(t.metrics.get(k, 0.0) for t in traces) / n for k in sorted({k for t in traces for k in t.metrics})},
+    )
+
+
+def summarize(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = None) -> list[SummaryRow]:
+    """One row per (planner, env, family) plus an ``all`` row per (planner, env)."""
+    groups: dict[tuple[str, str], dict[str, list[EpisodeTrace]]] = defaultdict(lambda: defaultdict(list))
+    for t in traces:
+        groups[(t.planner, t.env)][t.family].append(t)
+    order = {p: i for i, p in enumerate(planner_order or [])}
+    rows: list[SummaryRow] = []
+    for (planner, env), fams in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 1e9), kv[0])):
+        for family in sorted(fams):
+            rows.append(_row(planner, env, family, fams[family]))
+        rows.append(_row(planner, env, ALL, [t for ts in fams.values() for t in ts]))
+    return rows
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def render_table(rows: list[SummaryRow], title: str = "Results"):
+    """A rich table: families down, planners across, plan / execution success in each cell."""
+    from rich.table import Table
+
+    planners = list(dict.fromkeys(r.planner for r in rows))
+    families = list(dict.fromkeys(r.family for r in rows if r.family != ALL)) + [ALL]
+    cell = {(r.planner, r.family): r for r in rows}
+    table = Table(title=title)
+    table.add_column("family")
+    table.add_column("n", justify="right")
+    for p in planners:
+        table.add_column(f"{p}\nplan / exec", justify="center")
+    for fam in families:
+        n = next((cell[(p, fam)].episodes for p in planners if (p, fam) in cell), 0)
+        cells = []
+        for p in planners:
+            r = cell.get((p, fam))
+            cells.append("" if r is None else f"{_pct(r.plan_success)} / {_pct(r.execution_success)}")
+        table.add_row(fam, str(n), *cells, end_section=(fam == families[-2] if len(families) > 1 else False))
+    return table
+
+
+def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str = "Results", family: str = ALL):
+    """A rich table with planners down and the chosen env metrics across (e.g. Zero-Shot Planners'
+    Table 2: executability, LCS, plan length), for one family (default: all episodes)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("planner")
+    table.add_column("n", justify="right")
+    for m in metrics:
+        table.add_column(m, justify="right")
+    for r in rows:
+        if r.family != family:
+            continue
+        vals = [r.mean_steps if m == "mean_steps" else r.metrics.get(m) for m in metrics]
+        table.add_row(r.planner, str(r.episodes), *("—" if v is None else f"{v:.3f}" for v in vals))
+    return table

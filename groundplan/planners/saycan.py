@@ -1,0 +1,427 @@
+"""SayCan (Ahn et al., 2022, "Do As I Can, Not As I Say") and its two baselines from Sec. 5.5.
+
+SayCan picks each step by scoring every skill label with the LLM and weighting it by the skill's
+affordance, p(c_π | s, ℓ_π) · p(ℓ_π | i, ℓ_{π_{n-1}}, …, ℓ_{π_0}) (Sec. 3, Algorithm 1). The chosen
+label is appended to the "Robot:" line of the dialog prompt (Appendix C.2, Listing 1) and the loop
+repeats until the planner chooses the done skill. The LLM never sees the scene: the state enters only
+through the affordances.
+
+Registered planners (``groundplan.planners.PLANNERS``):
+
+- ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``.
+- ``"saycan_novf"``: the "No VF" ablation (Sec. 5.5): the same planner without the value-function
+  grounding, i.e. the argmax of the LLM score alone.
+- ``"generative"``: the "Generative" ablation (Sec. 5.5): the LLM greedily writes the next step and
+  the text is projected to the admissible skill with the highest embedding cosine similarity (the
+  paper uses the Universal Sentence Encoder; here the LM's ``embed``).
+
+Every factory has the signature ``(lm, affordance=None, **options) -> Planner``; ``options`` are the
+fields of :class:`SayCanConfig` (or :class:`GenerativeConfig`), and an unknown or invalid option
+raises :class:`~groundplan.errors.InvalidInputError` naming it.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence, TypeVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from groundplan.envs.base import Observation, StepResult, Task
+from groundplan.errors import InvalidInputError
+from groundplan.validation import validate_options
+from groundplan.llm.base import LanguageModel
+from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
+from groundplan.skills.base import AffordanceSource
+from groundplan.traces import CandidateScore
+
+logger = logging.getLogger(__name__)
+
+#: stop strings for the Generative baseline: one step of the "1. a, 2. b, 3. done." answer format
+GENERATIVE_STOP: tuple[str, ...] = (",", "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt files and the dialog format (Appendix C.2)
+# ---------------------------------------------------------------------------------------------
+
+
+def available_prompts() -> list[str]:
+    """Names of the prompt files shipped in ``groundplan/planners/prompts`` (without ``.txt``)."""
+    folder = resources.files("groundplan.planners").joinpath("prompts")
+    return sorted(p.name[: -len(".txt")] for p in folder.iterdir() if p.name.endswith(".txt"))
+
+
+@functools.lru_cache(maxsize=None)
+def load_prompt(name: str) -> str:
+    """The few-shot text of a prompt: a shipped prompt by name (e.g. ``"saycan_kitchen"``, Listing 1),
+    or a path to a ``.txt`` file of your own. The text always ends with a newline."""
+    if name.endswith(".txt") and Path(name).is_file():
+        text = Path(name).read_text(encoding="utf-8")
+    else:
+        resource = resources.files("groundplan.planners").joinpath("prompts", f"{name}.txt")
+        if not resource.is_file():
+            raise InvalidInputError(
+                f"unknown prompt '{name}'; shipped prompts: {', '.join(available_prompts())} "
+                "(or give the path of a .txt file)"
+            )
+        text = resource.read_text(encoding="utf-8")
+    if not text.strip():
+        raise InvalidInputError(f"the prompt '{name}' is empty")
+    return text if text.endswith("\n") else text + "\n"
+
+
+def build_prompt(few_shot: str, instruction: str) -> str:
+    """The episode's opening prompt: the few-shot dialog, the user's query and the first step number,
+    ``"…Human: <instruction>\\nRobot: 1."`` (Listing 1's format; the instruction is used as given)."""
+    return f"{few_shot}Human: {instruction}\nRobot: 1."
+
+
+def format_step(skill: str, number: int, done: bool) -> str:
+    """Text appended to the prompt after choosing step ``number``: ``" <skill>, <number+1>."``, or
+    ``" <skill>."`` for the done skill, which closes the answer exactly as Listing 1's answers end."""
+    return f" {skill}." if done else f" {skill}, {number + 1}."
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs
+# ---------------------------------------------------------------------------------------------
+
+
+class DialogPlannerConfig(BaseModel):
+    """Options shared by SayCan and the Generative baseline (both use Listing 1's dialog prompt)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field(
+        "saycan_kitchen",
+        description="Few-shot prompt: the name of a file in groundplan/planners/prompts (default: "
+        "Listing 1 of SayCan, Appendix C.2) or the path of a .txt file.",
+    )
+    done_skill: str = Field(
+        "done",
+        min_length=1,
+        description="Skill label that ends the episode (SayCan's termination token, Algorithm 1 line 2). "
+        "Choosing it is recorded as a done decision and is not executed.",
+    )
+    max_steps: int = Field(
+        20,
+        ge=1,
+        description="Most decisions per episode (the done decision included); the episode runner uses "
+        "it when it is not given a cap of its own.",
+    )
+    max_instruction_chars: int = Field(
+        MAX_INSTRUCTION_CHARS,
+        ge=1,
+        description="Longest instruction accepted; longer ones raise InvalidInputError at reset.",
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_exists(cls, value: str) -> str:
+        load_prompt(value)  # raises, naming the shipped prompts, when it does not exist
+        return value
+
+
+class SayCanConfig(DialogPlannerConfig):
+    """SayCan's options (Sec. 3, Algorithm 1; Sec. 5.5 for ``use_affordance=False``)."""
+
+    llm_score: Literal["sum", "mean"] = Field(
+        "sum",
+        description="How an option's token log-probs become p_LLM: 'sum' (the log-probability of the "
+        "whole label, as the authors' tabletop demo) or 'mean' (length-normalised). The paper does not "
+        "say; 'sum' is the default.",
+    )
+    use_affordance: bool = Field(
+        True,
+        description="Multiply the LLM probability by the affordance (SayCan). False is the 'No VF' "
+        "ablation of Sec. 5.5: the LLM's argmax alone.",
+    )
+
+
+class GenerativeConfig(DialogPlannerConfig):
+    """Options of the Generative baseline (Sec. 5.5)."""
+
+    max_new_tokens: int = Field(
+        16,
+        ge=1,
+        description="Longest generated step; generation also stops at ',' or a newline, the end of one "
+        "step in Listing 1's answer format.",
+    )
+
+
+C = TypeVar("C", bound=DialogPlannerConfig)
+
+
+def build_config(cls: type[C], config: C | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> C:
+    """Validate ``config`` (a config object or a plain mapping, e.g. from YAML) updated by
+    ``overrides``; a bad option raises :class:`InvalidInputError` naming the field."""
+    if config is None:
+        data: dict[str, Any] = {}
+    elif isinstance(config, cls):
+        data = config.model_dump()
+    elif isinstance(config, Mapping):
+        data = dict(config)
+    else:
+        raise InvalidInputError(f"config must be a {cls.__name__} or a mapping, not {type(config).__name__}")
+    data.update(overrides)
+    return validate_options(cls, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planners
+# ---------------------------------------------------------------------------------------------
+
+
+class DialogPlanner(Planner):
+    """Prompt bookkeeping shared by SayCan and the Generative baseline.
+
+    The prompt is Listing 1 (Appendix C.2) followed by ``"Human: <instruction>\\nRobot: 1."``; each
+    chosen skill is appended as ``" <skill>, <n+1>."`` so that the prompt always reads like the
+    listing's answers, e.g. ``"Robot: 1. find a coke can, 2. pick up the coke can, 3."``. Subclasses
+    implement :meth:`next_step` and finish it with :meth:`_commit`.
+    """
+
+    config: DialogPlannerConfig
+
+    def __init__(self, lm: LanguageModel, config: DialogPlannerConfig) -> None:
+        self.lm = lm
+        self.config = config
+        self._few_shot = load_prompt(config.prompt)
+        self._prompt = ""
+        self._history: list[str] = []
+        self._started = False
+        self._finished = False
+
+    @property
+    def prompt(self) -> str:
+        """The full prompt so far: few-shot dialog, query and the steps chosen in this episode."""
+        return self._prompt
+
+    @property
+    def history(self) -> list[str]:
+        """Skills chosen so far in this episode (the done decision excluded)."""
+        return list(self._history)
+
+    @property
+    def max_steps(self) -> int:
+        """The configured step cap, read by :func:`groundplan.runner.run_episode`."""
+        return self.config.max_steps
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        """Start an episode: validate the instruction (empty or longer than ``max_instruction_chars``
+        raises :class:`InvalidInputError`), build the opening prompt and reset grounding sources with
+        ``seed`` (the episode's env seed, passed by the runner)."""
+        instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
+        self._prompt = build_prompt(self._few_shot, instruction)
+        self._history = []
+        self._finished = False
+        self._started = True
+        self._reset_grounding(task, seed)
+
+    def _reset_grounding(self, task: Task, seed: int) -> None:
+        """Hook for planners with episode-scoped grounding sources."""
+
+    def _admissible(self, observation: Observation) -> list[str]:
+        """The skills to choose from, after checking the episode is in progress."""
+        if not self._started:
+            raise RuntimeError(f"{type(self).__name__}.next_step was called before reset(task, observation)")
+        if self._finished:
+            raise RuntimeError(f"{type(self).__name__} already chose '{self.config.done_skill}'; call reset first")
+        skills = list(observation.skills)
+        if not skills:
+            raise InvalidInputError("the observation lists no skills, so there is nothing to choose from")
+        return skills
+
+    def _commit(self, skill: str, candidates: list[CandidateScore], info: dict[str, Any]) -> Decision:
+        """Append the chosen skill to the prompt (Algorithm 1: "the LLM query is amended to include
+        ℓ_π") and return the decision."""
+        done = skill == self.config.done_skill
+        delta = format_step(skill, len(self._history) + 1, done)
+        self._prompt += delta
+        if done:
+            self._finished = True
+        else:
+            self._history.append(skill)
+        logger.debug("%s step %d: %s", self.name, len(self._history) + int(done), skill)
+        return Decision(skill=skill, done=done, candidates=candidates, prompt_delta=delta, info=info)
+
+
+class SayCanPlanner(DialogPlanner):
+    """SayCan (Algorithm 1), and with ``use_affordance=False`` the "No VF" baseline (Sec. 5.5).
+
+    Each step scores every admissible label ``" <skill>"`` as the continuation of the prompt in one
+    ``lm.score`` call, takes log p_LLM as the sum (default) or mean of its token log-probs, adds
+    log p_affordance (an affordance of 0 gives -inf and is never chosen unless every skill has it),
+    and picks the argmax; ties go to the first skill in the observation's order. The last step's
+    feedback is not used: SayCan is open loop in language and sees the world only through the
+    affordances.
+    """
+
+    config: SayCanConfig
+
+    def __init__(
+        self,
+        lm: LanguageModel,
+        affordance: AffordanceSource | None,
+        config: SayCanConfig | Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> None:
+        cfg = build_config(SayCanConfig, config, overrides)
+        if cfg.use_affordance and affordance is None:
+            raise InvalidInputError(
+                "SayCan multiplies LLM scores by affordances (Algorithm 1) but no affordance source was "
+                "given; pass affordance=... or use the 'saycan_novf' planner (use_affordance=False)"
+            )
+        super().__init__(lm, cfg)
+        self.affordance = affordance if cfg.use_affordance else None
+        self.name = "saycan" if cfg.use_affordance else "saycan_novf"
+
+    def _reset_grounding(self, task: Task, seed: int) -> None:
+        if self.affordance is not None:
+            self.affordance.reset(task, seed)
+
+    def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
+        """Algorithm 1, lines 3–10, then amend the prompt with the chosen label."""
+        skills = self._admissible(observation)
+        options = [" " + s for s in skills]
+        scores = self.lm.score(self._prompt, options)
+        if len(scores) != len(options) or any(s.option != o for s, o in zip(scores, options)):
+            raise RuntimeError(f"{self.lm.name} returned scores that do not match the {len(options)} options asked for")
+        llm = np.array([s.logprob_sum if self.config.llm_score == "sum" else s.logprob_mean for s in scores])
+
+        affordance: np.ndarray | None = None
+        combined = llm.astype(float)
+        if self.affordance is not None:
+            affordance = _checked_affordances(self.affordance(observation, skills, tuple(self._history)), skills)
+            with np.errstate(divide="ignore"):  # log(0) = -inf is intended: that skill is impossible
+                combined = combined + np.log(affordance)
+        combined = np.where(np.isnan(combined), -np.inf, combined)
+
+        best = int(np.argmax(combined))  # first maximum on ties
+        info: dict[str, Any] = {}
+        if not np.isfinite(combined[best]):
+            logger.warning(
+                "no skill has a finite SayCan score at step %d; choosing '%s'", len(self._history) + 1, skills[best]
+            )
+            info["no_feasible_skill"] = True
+        candidates = [
+            CandidateScore(
+                skill=skill,
+                llm=float(llm[i]),
+                affordance=None if affordance is None else float(affordance[i]),
+                combined=float(combined[i]),
+                extra={
+                    "logprob_sum": float(s.logprob_sum),
+                    "logprob_mean": float(s.logprob_mean),
+                    "num_tokens": s.num_tokens,
+                },
+            )
+            for i, (skill, s) in enumerate(zip(skills, scores))
+        ]
+        return self._commit(skills[best], candidates, info)
+
+
+def _checked_affordances(values: Any, skills: Sequence[str]) -> np.ndarray:
+    """The affordance source's output as a float vector in [0, 1], one per skill, or an error."""
+    arr = np.asarray(values, dtype=float)
+    if arr.shape != (len(skills),):
+        raise InvalidInputError(f"the affordance source returned shape {arr.shape} for {len(skills)} skills")
+    if np.isnan(arr).any() or (arr < -1e-9).any() or (arr > 1 + 1e-9).any():
+        raise InvalidInputError(f"affordances must be probabilities in [0, 1], got {arr.tolist()} for {list(skills)}")
+    return np.clip(arr, 0.0, 1.0)
+
+
+class GenerativePlanner(DialogPlanner):
+    """The "Generative" baseline of Sec. 5.5 (in effect Huang et al., 2022, with one greedy sample).
+
+    Each step the LLM greedily writes the next step (``temperature=0``, cut at ``","`` or a newline);
+    the text is projected to the admissible skill whose embedding (``lm.embed``) has the highest
+    cosine similarity with it, and that skill, not the raw text, is appended to the prompt. Every
+    skill's cosine is recorded as its candidate score (``llm = combined = cosine``, no affordance);
+    the raw text is in ``Decision.info["generated"]``. Skill-label embeddings are cached on the
+    planner, so each label is embedded once and a step costs one ``generate`` and one ``embed`` call.
+
+    An empty generation (the model ended its answer, e.g. wrote a newline at once) is taken as the
+    done decision, as an empty sample ends a plan in Huang et al.; it is not projected, since the
+    embedding of an empty string carries no meaning.
+    """
+
+    name = "generative"
+    config: GenerativeConfig
+
+    def __init__(
+        self,
+        lm: LanguageModel,
+        config: GenerativeConfig | Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(lm, build_config(GenerativeConfig, config, overrides))
+        self._skill_vectors: dict[str, np.ndarray] = {}
+
+    def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
+        """Generate one step, project it to the nearest admissible skill, amend the prompt with it."""
+        skills = self._admissible(observation)
+        generation = self.lm.generate(
+            self._prompt, n=1, temperature=0.0, max_new_tokens=self.config.max_new_tokens, stop=list(GENERATIVE_STOP)
+        )[0]
+        text = generation.text.strip().rstrip(".").strip()
+        info: dict[str, Any] = {"generated": generation.text, "finish_reason": generation.finish_reason}
+        if not text:
+            info["empty_generation"] = True
+            return self._commit(self.config.done_skill, [], info)
+
+        cosines = self._cosines(text, skills)
+        best = int(np.argmax(cosines))
+        info["cosine"] = float(cosines[best])
+        candidates = [
+            CandidateScore(skill=s, llm=float(c), affordance=None, combined=float(c)) for s, c in zip(skills, cosines)
+        ]
+        return self._commit(skills[best], candidates, info)
+
+    def _cosines(self, text: str, skills: Sequence[str]) -> np.ndarray:
+        """Cosine similarity of ``text`` with each skill label, embedding only labels not yet cached."""
+        missing = [s for s in dict.fromkeys(skills) if s not in self._skill_vectors]
+        vectors = np.asarray(self.lm.embed([*missing, text]), dtype=float)
+        if vectors.ndim != 2 or vectors.shape[0] != len(missing) + 1:
+            raise RuntimeError(f"{self.lm.name}.embed returned shape {vectors.shape} for {len(missing) + 1} texts")
+        vectors = _unit_rows(vectors)
+        self._skill_vectors.update(zip(missing, vectors[:-1]))
+        matrix = np.stack([self._skill_vectors[s] for s in skills])
+        return matrix @ vectors[-1]
+
+
+def _unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero, so their cosine with anything is 0)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Factories ``(lm, affordance=None, **options) -> Planner``, registered in groundplan.planners
+# ---------------------------------------------------------------------------------------------
+
+
+def make_saycan(lm: LanguageModel, affordance: AffordanceSource | None = None, **options: Any) -> Planner:
+    """SayCan (Algorithm 1); needs an affordance source. ``options``: fields of :class:`SayCanConfig`."""
+    return SayCanPlanner(lm, affordance, **options)
+
+
+def make_saycan_novf(lm: LanguageModel, affordance: AffordanceSource | None = None, **options: Any) -> Planner:
+    """The "No VF" ablation (Sec. 5.5): SayCan ranked by the LLM score alone; ``affordance`` is
+    accepted for a uniform factory signature and not used."""
+    if options.pop("use_affordance", False):
+        raise InvalidInputError("'saycan_novf' is SayCan without affordances; use the 'saycan' planner to use them")
+    return SayCanPlanner(lm, affordance, use_affordance=False, **options)
+
+
+def make_generative(lm: LanguageModel, affordance: AffordanceSource | None = None, **options: Any) -> Planner:
+    """The "Generative" ablation (Sec. 5.5); ``affordance`` is accepted for a uniform factory signature
+    and not used (the paper notes this method cannot be combined with affordances).
+    ``options``: fields of :class:`GenerativeConfig`."""
+    if affordance is not None:
+        logger.debug("the generative planner does not use affordances; ignoring %r", affordance)
+    return GenerativePlanner(lm, **options)

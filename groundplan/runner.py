@@ -1,0 +1,186 @@
+"""The episode runner: alternate planner and environment until done or a step cap, producing one trace.
+
+This is the loop of DESIGN.md ("Episode runner") and of SayCan's Algorithm 1 seen from outside the
+planner: ``env.reset`` → ``planner.reset`` → (``planner.next_step`` → ``env.execute``)* until the
+planner chooses its done skill or ``max_steps`` decisions were made. The done decision is recorded as
+a step with ``done=True`` and is not executed. At the end the goal is checked in the final state
+(execution success) and, where the env can replay plans noise-free, the chosen skill sequence is
+replayed (plan success, SayCan Sec. 5.1's "right skills in a valid order").
+
+Failures are evidence, not crashes: an exception raised by the planner or the env is recorded in
+``trace.error`` as ``"<ExceptionType>: <message> (<where>)"`` and the episode counts as failed. The one
+exception that propagates is :class:`~groundplan.errors.InvalidInputError` from ``planner.reset`` —
+a bad instruction is the caller's mistake and the caller should see it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from groundplan.envs.base import Env, Observation, Task
+from groundplan.errors import InvalidInputError
+from groundplan.planners.base import Planner
+from groundplan.traces import EpisodeTrace, StepTrace
+
+logger = logging.getLogger(__name__)
+
+#: step cap used when neither the caller nor the planner (``planner.max_steps``) gives one
+DEFAULT_MAX_STEPS = 20
+
+
+def run_episode(
+    planner: Planner,
+    env: Env,
+    task: Task,
+    seed: int,
+    *,
+    max_steps: int | None = None,
+    llm_name: str = "",
+    config_hash: str = "",
+    episode_id: str | None = None,
+    require_termination: bool = True,
+) -> EpisodeTrace:
+    """Run one episode of ``task`` from the start state given by ``seed`` and return its trace.
+
+    ``max_steps`` caps the number of decisions (the done decision included); by default the planner's
+    own ``max_steps`` (e.g. ``SayCanConfig.max_steps``), else :data:`DEFAULT_MAX_STEPS`. ``llm_name``
+    defaults to ``planner.lm.name`` when the planner has an ``lm``. ``episode_id`` defaults to
+    ``"<planner>|<env>|<task_id>|<seed>"``, so a rerun of the same episode has the same id.
+    With ``require_termination`` (default, as SayCan's headline numbers in Table 5), a plan counts as a
+    plan success only if the planner also chose done; ``plan_success`` is None when the env cannot
+    replay plans.
+
+    Raises :class:`InvalidInputError` when ``planner.reset`` refuses the instruction or ``max_steps``
+    is below 1; every other exception from the planner or env is recorded in ``trace.error``.
+    """
+    cap = _step_cap(planner, max_steps)
+    trace = EpisodeTrace(
+        episode_id=episode_id or f"{planner.name}|{env.name}|{task.task_id}|{seed}",
+        planner=planner.name,
+        env=env.name,
+        task_id=task.task_id,
+        family=task.family,
+        instruction=task.instruction,
+        seed=seed,
+        llm=llm_name or getattr(getattr(planner, "lm", None), "name", ""),
+        config_hash=config_hash,
+    )
+    start = time.perf_counter()
+    error: str | None = None
+    try:
+        observation = env.reset(task, seed)
+    except Exception as exc:
+        error = _describe(exc, "env.reset")
+    if error is None:
+        try:
+            planner.reset(task, observation, seed=seed)
+        except InvalidInputError:
+            raise
+        except Exception as exc:
+            error = _describe(exc, "planner.reset")
+    if error is None:
+        error = _run_steps(planner, env, observation, cap, trace)
+    trace.prompt = planner.prompt
+    _judge(trace, env, task, seed, error, require_termination)
+    trace.wall_s = time.perf_counter() - start
+    logger.info(
+        "episode %s: %d steps, terminated=%s, execution_success=%s, plan_success=%s%s",
+        trace.episode_id, len(trace.steps), trace.terminated, trace.execution_success, trace.plan_success,
+        f", error={trace.error}" if trace.error else "",
+    )
+    return trace
+
+
+def _step_cap(planner: Planner, max_steps: int | None) -> int:
+    cap = max_steps if max_steps is not None else getattr(planner, "max_steps", DEFAULT_MAX_STEPS)
+    if not isinstance(cap, int) or cap < 1:
+        raise InvalidInputError(f"max_steps must be a positive integer, got {cap!r}")
+    return cap
+
+
+def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, trace: EpisodeTrace) -> str | None:
+    """The decide/execute loop; appends to ``trace.steps`` and returns an error description or None."""
+    last = None
+    for index in range(cap):
+        t0 = time.perf_counter()
+        try:
+            decision = planner.next_step(observation, last)
+        except Exception as exc:
+            return _describe(exc, f"planner.next_step, step {index}")
+        step = StepTrace(
+            index=index,
+            chosen=decision.skill,
+            done=decision.done,
+            candidates=list(decision.candidates),
+            prompt_delta=decision.prompt_delta,
+            info=dict(decision.info),
+            timings={"plan_s": time.perf_counter() - t0},
+        )
+        trace.steps.append(step)
+        if decision.done:
+            trace.terminated = True
+            return None
+        t0 = time.perf_counter()
+        try:
+            result = env.execute(decision.skill)
+        except Exception as exc:
+            step.timings["exec_s"] = time.perf_counter() - t0
+            return _describe(exc, f"env.execute('{decision.skill}'), step {index}")
+        step.timings["exec_s"] = time.perf_counter() - t0
+        step.success = bool(result.success)
+        step.feedback = result.feedback
+        if result.info:
+            step.info["env"] = dict(result.info)
+        logger.debug("step %d: %s -> success=%s %s", index, decision.skill, result.success, result.feedback)
+        observation, last = result.observation, result
+    logger.debug("episode %s reached max_steps=%d without choosing done", trace.episode_id, cap)
+    return None
+
+
+def _judge(trace: EpisodeTrace, env: Env, task: Task, seed: int, error: str | None, require_termination: bool) -> None:
+    """Fill in execution success, plan success and goal details; an error fails the episode."""
+    can_replay = type(env).check_plan is not Env.check_plan
+    if error is None and task.goal is None:  # an ad-hoc instruction (``groundplan plan``): nothing to judge
+        trace.plan_success = None
+        trace.goal_details = {"note": "no goal: the task has no goal predicate"}
+        return
+    if error is None:
+        error = _check_outcome(trace, env, task, seed, require_termination, can_replay)
+    if error is None:
+        try:
+            trace.metrics.update(env.episode_metrics(task, trace))
+        except Exception as exc:
+            error = _describe(exc, "env.episode_metrics")
+    if error is not None:
+        trace.error = error
+        trace.execution_success = False
+        trace.plan_success = False if can_replay else None
+
+
+def _check_outcome(
+    trace: EpisodeTrace, env: Env, task: Task, seed: int, require_termination: bool, can_replay: bool
+) -> str | None:
+    """Goal check on the final state, then the noise-free replay of the plan; returns an error or None."""
+    try:
+        goal = env.check_goal()
+    except Exception as exc:
+        return _describe(exc, "env.check_goal")
+    trace.execution_success = bool(goal.success)
+    trace.goal_details = {"satisfied": list(goal.satisfied), "unsatisfied": list(goal.unsatisfied)}
+    if not can_replay:
+        return None
+    try:
+        replay = env.check_plan(task, seed, trace.plan)
+    except NotImplementedError:  # overrides check_plan but cannot replay this task
+        return None
+    except Exception as exc:
+        return _describe(exc, "env.check_plan")
+    trace.goal_details["plan"] = {"satisfied": list(replay.satisfied), "unsatisfied": list(replay.unsatisfied)}
+    trace.plan_success = bool(replay.success) and (trace.terminated or not require_termination)
+    return None
+
+
+def _describe(exc: BaseException, where: str) -> str:
+    """``"<ExceptionType>: <message> (<where>)"``, logged with its traceback."""
+    text = f"{type(exc).__name__}: {exc} ({where})"
+    logger.warning("episode error: %s", text, exc_info=True)
+    return text

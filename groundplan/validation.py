@@ -1,0 +1,33 @@
+"""One way to turn pydantic validation errors into messages that name the bad field."""
+from __future__ import annotations
+
+from typing import Any, Mapping, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from groundplan.errors import InvalidInputError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """``unknown option 'a.b'; option 'c': <why>`` for every error, with the full field path."""
+    problems = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown option '{field}'")
+        else:
+            problems.append(f"option '{field}': {err['msg']}")
+    return "; ".join(problems)
+
+
+def validate_options(model: type[M], options: Mapping[str, Any], what: str | None = None) -> M:
+    """Build ``model`` from ``options``; a bad or unknown field raises InvalidInputError naming it
+    and listing the valid options."""
+    try:
+        return model.model_validate(dict(options))
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"invalid {what or model.__name__}: {describe_errors(exc)}. Valid options: {', '.join(model.model_fields)}"
+        ) from None

@@ -1,0 +1,238 @@
+"""Deterministic test doubles: a language model, a tiny environment and affordance sources.
+
+No torch, no transformers: these run in milliseconds and make planner behaviour exactly predictable.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+import numpy as np
+
+from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
+from groundplan.errors import InvalidInputError
+from groundplan.llm.base import Generation, OptionScore, ScoreRequest
+from groundplan.skills.base import Affordance
+
+#: (prompt, stripped option) -> summed log-probability of the option
+ScoreRule = Callable[[str, str], float]
+
+
+def steps_so_far(prompt: str) -> int:
+    """How many steps the current "Robot: 1. a, 2. b, 3." answer already holds (SayCan's format)."""
+    return prompt.rsplit("Robot: 1.", 1)[-1].count(",")
+
+
+class FakeLM:
+    """A deterministic :class:`~groundplan.llm.base.LanguageModel`.
+
+    - ``score``: an option's summed log-prob comes from ``scores`` (a table keyed by the option text
+      without its leading space, or a rule ``(prompt, option) -> float``); options not in the table
+      get ``default_token_logprob`` per token. Tokens are whitespace-separated words; the mean is the
+      sum over the token count.
+    - ``generate``: returns the scripted ``generations`` one per call (then ``""``), cut at the first
+      stop string.
+    - ``embed``: a normalised bag of words hashed into ``dim`` buckets (shared words → high cosine).
+
+    Every call is recorded in ``score_calls``, ``generate_calls`` and ``embed_calls``.
+    """
+
+    def __init__(
+        self,
+        scores: Mapping[str, float] | ScoreRule | None = None,
+        *,
+        default_token_logprob: float = -5.0,
+        generations: Sequence[str] = (),
+        dim: int = 512,
+        name: str = "fake-lm",
+    ) -> None:
+        self.name = name
+        self._scores = scores
+        self._default = default_token_logprob
+        self._generations = list(generations)
+        self._dim = dim
+        self.score_calls: list[tuple[str, list[str]]] = []
+        self.generate_calls: list[dict[str, Any]] = []
+        self.embed_calls: list[list[str]] = []
+
+    @classmethod
+    def following(cls, plan: Sequence[str], **kwargs: Any) -> "FakeLM":
+        """An LM that gives step k of ``plan`` log-prob 0 (every other option the default), where k is
+        the number of steps already in the prompt's answer; past the end it keeps the last step."""
+
+        def rule(prompt: str, option: str) -> float:
+            wanted = plan[min(steps_so_far(prompt), len(plan) - 1)]
+            return 0.0 if option == wanted else kwargs.get("default_token_logprob", -5.0) * _num_tokens(option)
+
+        return cls(rule, **kwargs)
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        if not options:
+            raise InvalidInputError("score needs at least one option")
+        self.score_calls.append((prompt, list(options)))
+        out = []
+        for option in options:
+            n = _num_tokens(option)
+            total = self._option_logprob(prompt, option.strip(), n)
+            out.append(OptionScore(option=option, logprob_sum=total, logprob_mean=total / n, num_tokens=n))
+        return out
+
+    def _option_logprob(self, prompt: str, option: str, n: int) -> float:
+        if callable(self._scores):
+            return float(self._scores(prompt, option))
+        if self._scores is not None and option in self._scores:
+            return float(self._scores[option])
+        return self._default * n
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
+        return [self.score(prompt, options) for prompt, options in requests]
+
+    def generate(
+        self,
+        prompt: str,
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 32,
+        stop: Sequence[str] | None = None,
+        seed: int | None = None,
+    ) -> list[Generation]:
+        self.generate_calls.append(
+            {"prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
+             "max_new_tokens": max_new_tokens, "stop": None if stop is None else list(stop), "seed": seed}
+        )
+        text = self._generations.pop(0) if self._generations else ""
+        cuts = [text.index(s) for s in (stop or []) if s in text]
+        if cuts:
+            text = text[: min(cuts)]
+        return [Generation(text=text, logprob_mean=-1.0, num_tokens=_num_tokens(text), finish_reason="stop")] * n
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.embed_calls.append(list(texts))
+        out = np.zeros((len(texts), self._dim))
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z0-9']+", text.lower()):
+                out[row, zlib.crc32(word.encode()) % self._dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+def _num_tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+class ToyEnv(Env):
+    """A one-room kitchen with a coke can: bring it to the user.
+
+    State: where the robot is, where the coke is ("table", "hand" or a robot location). Skills are
+    always all offered; preconditions decide success. ``fail_skills`` simulates execution noise
+    (those skills fail without effect in ``execute`` but not in the noise-free ``check_plan``);
+    ``raise_on`` makes ``execute`` raise for that skill. ``executed`` lists every executed label.
+    """
+
+    name = "toy"
+    SKILLS = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
+    REFERENCE = ("find a coke can", "pick up the coke can", "bring it to you", "put down the coke can")
+
+    def __init__(self, fail_skills: Collection[str] = (), raise_on: str | None = None) -> None:
+        self.fail_skills = set(fail_skills)
+        self.raise_on = raise_on
+        self.executed: list[str] = []
+        self.task: Task | None = None
+        self.state: dict[str, Any] = {}
+
+    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        task = Task("toy-coke", "bring me a coke can", "nl_nouns", goal={"coke": "user"}, reference_plan=self.REFERENCE)
+        return [task] if families is None or task.family in families else []
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        self.task = task
+        self.state = self._start_state(task)
+        self.executed = []
+        return self._observe()
+
+    def execute(self, skill: str) -> StepResult:
+        self.executed.append(skill)
+        if skill == self.raise_on:
+            raise RuntimeError(f"the toy robot broke while trying to {skill}")
+        if skill in self.fail_skills:
+            return StepResult(False, f"{skill}: failed (noise)", self._observe(), info={"noise": True})
+        ok, feedback = self._apply(self.state, skill)
+        return StepResult(ok, feedback, self._observe())
+
+    def check_goal(self) -> GoalResult:
+        assert self.task is not None
+        return self._goal(self.state, self.task)
+
+    def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
+        state = self._start_state(task)
+        for skill in plan:
+            self._apply(state, skill)
+        return self._goal(state, task)
+
+    @staticmethod
+    def _start_state(task: Task) -> dict[str, Any]:
+        return {"robot": "start", "coke": "table", **(task.start_state or {})}
+
+    def _observe(self) -> Observation:
+        return Observation(skills=list(self.SKILLS), state=dict(self.state))
+
+    @staticmethod
+    def _apply(state: dict[str, Any], skill: str) -> tuple[bool, str]:
+        """Run ``skill`` on ``state`` in place; returns (success, feedback)."""
+        holding = state["coke"] == "hand"
+        if skill == "find a coke can" and not holding:
+            state["robot"] = state["coke"]
+        elif skill == "pick up the coke can" and not holding and state["robot"] == state["coke"]:
+            state["coke"] = "hand"
+        elif skill == "bring it to you":
+            state["robot"] = "user"
+        elif skill == "put down the coke can" and holding:
+            state["coke"] = state["robot"]
+        elif skill != "done":
+            return False, f"{skill}: precondition not met"
+        return True, f"{skill}: ok"
+
+    @staticmethod
+    def _goal(state: dict[str, Any], task: Task) -> GoalResult:
+        predicate = f"coke at {task.goal['coke']}"
+        if state["coke"] == task.goal["coke"]:
+            return GoalResult(True, satisfied=[predicate])
+        return GoalResult(False, unsatisfied=[predicate])
+
+
+class ToyAffordance(Affordance):
+    """Preconditions of :class:`ToyEnv` as probabilities (1 feasible, 0 not; done gets 0.1 as in
+    SayCan Appendix C.1). Records every ``reset`` as (task_id, seed) and counts calls."""
+
+    def __init__(self) -> None:
+        self.resets: list[tuple[str, int]] = []
+        self.calls = 0
+
+    def reset(self, task: Task, seed: int) -> None:
+        self.resets.append((task.task_id, seed))
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        out = []
+        for skill in skills:
+            if skill == "done":
+                out.append(0.1)
+            else:
+                ok, _ = ToyEnv._apply(dict(observation.state), skill)
+                out.append(1.0 if ok else 0.0)
+        return np.array(out)
+
+
+class FixedAffordance(Affordance):
+    """Affordance from a table (skills not in it get ``default``); counts calls."""
+
+    def __init__(self, table: Mapping[str, float] | None = None, default: float = 1.0) -> None:
+        self.table = dict(table or {})
+        self.default = default
+        self.calls = 0
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        return np.array([self.table.get(s, self.default) for s in skills])

@@ -1,0 +1,65 @@
+"""Experiment configs: the shipped YAML validates, bad fields and unknown names fail early and clearly."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from groundplan.config import EvalConfig, load_config
+from groundplan.errors import InvalidInputError, UnknownNameError
+from groundplan.pipelines.evaluate import validate_names
+
+CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    cfg = load_config(path)
+    validate_names(cfg)
+
+
+def test_defaults_are_complete():
+    cfg = EvalConfig()
+    assert cfg.env.name == "kitchen" and cfg.llm.model == "smollm2-135m-instruct" and cfg.seeds == [0]
+
+
+def test_unknown_field_is_named(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nplanners:\n  - name: saycan\n    afordance: kitchen_value\n")
+    with pytest.raises(InvalidInputError, match=r"unknown option 'planners\.0\.afordance'"):
+        load_config(p)
+
+
+def test_bad_value_is_named(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("max_steps: 0\n")
+    with pytest.raises(InvalidInputError, match="max_steps"):
+        load_config(p)
+
+
+def test_unknown_planner_lists_valid_names(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("planners:\n  - name: saycna\n")
+    with pytest.raises(UnknownNameError, match="valid planner names: generative, saycan, saycan_novf"):
+        validate_names(load_config(p))
+
+
+def test_unknown_env_lists_valid_names():
+    with pytest.raises(UnknownNameError, match="valid env names: kitchen"):
+        validate_names(EvalConfig.model_validate({"env": {"name": "kitchn"}}))
+
+
+def test_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("tasks:\n  per_family: 3\n")
+    cfg = load_config(p, ["tasks.per_family=null", "seeds=[1, 2]", "llm.model=some/model"])
+    assert cfg.tasks.per_family is None and cfg.seeds == [1, 2] and cfg.llm.model == "some/model"
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(InvalidInputError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: [unclosed\n")
+    with pytest.raises(InvalidInputError, match="not valid YAML"):
+        load_config(p)

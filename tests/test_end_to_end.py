@@ -1,0 +1,77 @@
+"""End to end with the real embedded model: one SayCan episode, the CLI, and (slow) the quick eval."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from groundplan.cli import main
+from groundplan.envs import ENVS
+from groundplan.envs.kitchen import task_by_id
+from groundplan.pipelines.evaluate import make_planner
+from groundplan.config import PlannerSpec
+from groundplan.runner import run_episode
+from groundplan.traces import read_traces
+
+
+def test_saycan_episode_with_the_embedded_model(lm):
+    env = ENVS.get("kitchen")()
+    task = task_by_id("kitchen/nl_single_primitive/00")
+    planner = make_planner(PlannerSpec(name="saycan", affordance="kitchen_value"), lm, max_steps=8)
+    trace = run_episode(planner, env, task, seed=0, max_steps=8)
+    assert trace.error is None
+    assert 1 <= len(trace.steps) <= 8
+    first = trace.steps[0]
+    assert len(first.candidates) == len(env.skills) >= 50
+    best = max(first.candidates, key=lambda c: c.combined)
+    assert best.skill == first.chosen
+    for c in first.candidates:
+        expected = c.llm + (math.log(c.affordance) if c.affordance > 0 else -math.inf)
+        assert c.combined == pytest.approx(expected)
+    # an affordance of zero is never executed: the planner only chose feasible-looking skills
+    for s in trace.steps:
+        chosen = next(c for c in s.candidates if c.skill == s.chosen)
+        assert chosen.affordance > 0
+
+
+def test_cli_plan_prints_steps_and_writes_chart(tmp_path, capsys):
+    chart = tmp_path / "plan.png"
+    assert main(["plan", "--env", "kitchen", "--max-steps", "3", "--chart", str(chart), "How would you bring me a coke can?"]) == 0
+    out = capsys.readouterr().out
+    assert "step 1:" in out and "affordance" in out and "Robot: 1." in out
+    assert chart.exists() and chart.stat().st_size > 1000
+
+
+def test_cli_refuses_empty_instruction(capsys):
+    assert main(["plan", "   "]) == 2
+    assert "instruction is empty" in capsys.readouterr().out
+
+
+def test_cli_unknown_env_lists_valid(capsys):
+    assert main(["plan", "--env", "kitchn", "hi"]) == 2
+    assert "valid env names: kitchen" in capsys.readouterr().out
+
+
+def test_cli_eval_tiny(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(
+        "name: tiny\nplanners:\n  - {name: saycan, label: SayCan, affordance: kitchen_value}\n"
+        "  - {name: generative, label: Generative}\n"
+        f"tasks: {{families: [nl_single_primitive], per_family: 1}}\nmax_steps: 4\noutput_dir: {tmp_path}\n"
+    )
+    assert main(["eval", str(cfg), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "nl_single_primitive" in out and "SayCan" in out and "Generative" in out
+    traces = list(read_traces(tmp_path / "tiny" / "traces.jsonl"))
+    assert len(traces) == 2 and all(t.error is None for t in traces)
+
+
+@pytest.mark.slow
+def test_quick_kitchen_eval_saycan_beats_novf(tmp_path):
+    from groundplan.config import load_config
+    from groundplan.pipelines.evaluate import run_eval
+
+    cfg = load_config("configs/saycan_kitchen.yaml", [f"output_dir={tmp_path}"])
+    result = run_eval(cfg, progress=False)
+    overall = {r.planner: r for r in result.summary if r.family == "all"}
+    assert overall["SayCan"].plan_success > overall["No-VF"].plan_success
