@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from groundplan.errors import GroundplanError
+from groundplan.pipelines.distributed import add_ray_arguments
 
 console = Console()
 log = logging.getLogger("groundplan")
@@ -74,12 +75,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.output:
         overrides.append(f"output_dir={args.output}")
     cfg = load_config(args.config, overrides)
-    result = run_eval(cfg, progress=not args.no_progress, resume=not args.fresh)
+    if args.local:
+        result = run_eval(cfg, progress=not args.no_progress, resume=not args.fresh)
+    else:
+        from groundplan.pipelines.distributed import ray_kwargs_from_args, run_eval_ray
+
+        result = run_eval_ray(cfg, progress=not args.no_progress, resume=not args.fresh, **ray_kwargs_from_args(args))
     console.print(render_table(result.summary, title=f"{cfg.name}: plan success / execution success"))
     errors = sum(r.errors for r in result.summary if r.family == "all")
     if errors:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")
     console.print(f"traces: {result.run_dir / 'traces.jsonl'}  ({result.skipped} episode(s) reused from an earlier run)")
+    if result.stats.get("mlflow_run_id"):
+        console.print(f"MLflow run: {result.stats['mlflow_run_id']}")
     return 0
 
 
@@ -119,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", default=None, help="output directory (default: the config's output_dir)")
     e.add_argument("--fresh", action="store_true", help="ignore traces from an earlier run of this config")
     e.add_argument("--no-progress", action="store_true")
+    add_ray_arguments(e)
     e.set_defaults(func=cmd_eval)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances and LLM backends")

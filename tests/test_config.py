@@ -40,12 +40,14 @@ def test_bad_value_is_named(tmp_path):
 def test_unknown_planner_lists_valid_names(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("planners:\n  - name: saycna\n")
-    with pytest.raises(UnknownNameError, match="valid planner names: generative, saycan, saycan_novf"):
+    with pytest.raises(UnknownNameError, match="unknown planner 'saycna'; valid planner names: ") as err:
         validate_names(load_config(p))
+    for name in ("saycan", "saycan_novf", "generative"):
+        assert name in str(err.value)
 
 
 def test_unknown_env_lists_valid_names():
-    with pytest.raises(UnknownNameError, match="valid env names: kitchen"):
+    with pytest.raises(UnknownNameError, match="unknown env 'kitchn'; valid env names: .*kitchen"):
         validate_names(EvalConfig.model_validate({"env": {"name": "kitchn"}}))
 
 

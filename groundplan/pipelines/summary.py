@@ -50,7 +50,7 @@ def summarize(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = 
     order = {p: i for i, p in enumerate(planner_order or [])}
     rows: list[SummaryRow] = []
     for (planner, env), fams in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 1e9), kv[0])):
-        for family in sorted(fams):
+        for family in fams:  # first-seen order: the env's own family order (e.g. Table 1's)
             rows.append(_row(planner, env, family, fams[family]))
         rows.append(_row(planner, env, ALL, [t for ts in fams.values() for t in ts]))
     return rows

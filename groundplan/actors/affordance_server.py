@@ -1,0 +1,86 @@
+"""The affordance server actor: hosts affordance / value / Can / Pay models, batched (DESIGN.md, "Runtime").
+
+Any source registered in ``groundplan.skills.AFFORDANCES`` can be hosted. Sources may keep
+per-episode state (``reset(task, seed)``), so the server keeps one instance per (episode, source):
+``reset`` creates it, ``score`` calls it, ``release`` drops it. Score calls from many episodes are
+collected by the same dynamic batcher as the LLM scorer and run together in one thread hop; for the
+kitchen the affordance is computed from the observation's simulator state.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from groundplan.actors.scorer import DynamicBatcher
+from groundplan.envs.base import Observation, Task
+from groundplan.skills import AFFORDANCES
+
+
+class AffordanceServer:
+    def __init__(self, sources: dict[str, dict[str, Any]] | None = None, batch_window_ms: float = 2.0,
+                 max_batch: int = 64) -> None:
+        """``sources``: hosted name -> {"source": registered affordance name, "options": {...}}."""
+        self.sources = {k: dict(v) for k, v in (sources or {}).items()}
+        for spec in self.sources.values():
+            AFFORDANCES.get(spec.get("source", ""))  # unknown names fail at start, naming the valid ones
+        self._instances: dict[tuple[str, str], Any] = {}
+        self._batcher = DynamicBatcher(self._run, batch_window_ms, max_batch, size_of=lambda r: len(r[3]))
+
+    def _instance(self, episode: str, name: str) -> Any:
+        key = (episode, name)
+        if key not in self._instances:
+            spec = self.sources[name] if name in self.sources else {"source": name}
+            self._instances[key] = AFFORDANCES.get(spec["source"])(**spec.get("options", {}))
+        return self._instances[key]
+
+    async def reset(self, episode: str, name: str, task: Task, seed: int) -> None:
+        self._instances.pop((episode, name), None)
+        inst = self._instance(episode, name)
+        if hasattr(inst, "reset"):
+            inst.reset(task, seed)
+
+    async def score(self, episode: str, name: str, observation: Observation, skills: Sequence[str],
+                    history: Sequence[str]) -> np.ndarray:
+        return await self._batcher.submit((episode, name, observation, list(skills), list(history)))
+
+    def _run(self, batch: list[tuple]) -> list[np.ndarray]:
+        return [np.asarray(self._instance(e, n)(obs, skills, hist), dtype=float) for e, n, obs, skills, hist in batch]
+
+    async def release(self, episode: str) -> None:
+        for key in [k for k in self._instances if k[0] == episode]:
+            del self._instances[key]
+
+    async def stats(self) -> dict[str, Any]:
+        out = self._batcher.stats.to_dict()
+        out["live_instances"] = len(self._instances)
+        return out
+
+
+class RemoteAffordance:
+    """An :class:`~groundplan.skills.base.AffordanceSource` over an AffordanceServer handle, for one
+    episode at a time (planners call ``reset`` at episode start)."""
+
+    def __init__(self, handle: Any, name: str, episode: str) -> None:
+        self.handle, self.name, self.episode = handle, name, episode
+
+    def reset(self, task: Task, seed: int) -> None:
+        import ray
+
+        ray.get(self.handle.reset.remote(self.episode, self.name, task, seed))
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        import ray
+
+        return ray.get(self.handle.score.remote(self.episode, self.name, observation, list(skills), list(history)))
+
+
+def make_affordance_server(*, num_gpus: float = 0, num_cpus: float = 0.5, resources: dict[str, float] | None = None,
+                           max_restarts: int = -1, **kwargs: Any):
+    import ray
+
+    opts: dict[str, Any] = dict(num_gpus=num_gpus, num_cpus=num_cpus, max_restarts=max_restarts,
+                                max_task_retries=-1, max_concurrency=1000)
+    if resources:
+        opts["resources"] = resources
+    return ray.remote(AffordanceServer).options(**opts).remote(**kwargs)

@@ -1,0 +1,110 @@
+"""Synchronous wrappers over actor handles, so planners and ``run_episode`` run unchanged.
+
+``RemoteLM`` satisfies :class:`~groundplan.llm.base.LanguageModel` over one or more ``LLMScorer``
+handles (round-robin over replicas); ``RemoteEnv`` satisfies :class:`~groundplan.envs.base.Env` over a
+``SimWorker`` handle. Both block on ``ray.get``, so the coordinator runs each episode in a thread.
+
+``run_episode`` records any exception from the env or planner as the episode's error. An actor that
+*died* is infrastructure failure, not evidence about the planner, so both wrappers remember it in
+``actor_error``; the coordinator then reruns the episode instead of recording it.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
+from groundplan.llm.base import Generation, OptionScore, ScoreRequest
+
+
+def _actor_died(exc: BaseException) -> bool:
+    import ray.exceptions as rex
+
+    return isinstance(exc, (rex.RayActorError, rex.ActorDiedError, rex.ActorUnavailableError, rex.WorkerCrashedError))
+
+
+class _Guard:
+    """Calls ``ray.get`` and remembers the first actor death it saw."""
+
+    def __init__(self, timeout_s: float | None = None) -> None:
+        self.actor_error: BaseException | None = None
+        self.timeout_s = timeout_s
+
+    def _get(self, ref: Any) -> Any:
+        import ray
+
+        try:
+            return ray.get(ref, timeout=self.timeout_s)
+        except Exception as exc:
+            if _actor_died(exc) and self.actor_error is None:
+                self.actor_error = exc
+            raise
+
+
+class RemoteLM(_Guard):
+    """A LanguageModel over scorer actor handles. ``handles`` may be one handle or a list of replicas.
+
+    Make one per episode (it is cheap) so an actor death is attributed to the right episode; the
+    round-robin counter can be shared by passing ``counter``.
+    """
+
+    def __init__(self, handles: Any, name: str | None = None, *, counter: Any = None, timeout_s: float | None = None) -> None:
+        super().__init__(timeout_s)
+        import ray
+
+        self.handles = list(handles) if isinstance(handles, (list, tuple)) else [handles]
+        if not self.handles:
+            raise ValueError("RemoteLM needs at least one scorer handle")
+        self._rr = counter if counter is not None else itertools.count()
+        self._lock = threading.Lock()
+        self.name = name if name is not None else ray.get(self.handles[0].get_name.remote())
+
+    def _next(self) -> Any:
+        with self._lock:
+            return self.handles[next(self._rr) % len(self.handles)]
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        return self._get(self._next().score.remote(prompt, list(options)))
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
+        return self._get(self._next().score_batch.remote([(p, list(o)) for p, o in requests]))
+
+    def generate(self, prompt: str, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None) -> list[Generation]:
+        return self._get(self._next().generate.remote(prompt, n, temperature, top_p, max_new_tokens,
+                                                      None if stop is None else list(stop), seed))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._get(self._next().embed.remote(list(texts))))
+
+
+class RemoteEnv(_Guard, Env):
+    """An Env over a SimWorker handle. ``info`` (from ``handle.info``) may be passed to skip a round trip."""
+
+    def __init__(self, handle: Any, info: dict[str, Any] | None = None, *, timeout_s: float | None = None) -> None:
+        _Guard.__init__(self, timeout_s)
+        self.handle = handle
+        info = info if info is not None else self._get(handle.info.remote())
+        self.name = info["name"]
+        self.done_skill = info["done_skill"]
+        self.can_replay = bool(info["can_replay"])
+
+    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        return self._get(self.handle.tasks.remote(None if families is None else list(families)))
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        return self._get(self.handle.reset.remote(task, seed))
+
+    def execute(self, skill: str) -> StepResult:
+        return self._get(self.handle.execute.remote(skill))
+
+    def check_goal(self) -> GoalResult:
+        return self._get(self.handle.check_goal.remote())
+
+    def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
+        if not self.can_replay:
+            raise NotImplementedError(f"env '{self.name}' cannot replay plans")
+        return self._get(self.handle.check_plan.remote(task, seed, list(plan)))

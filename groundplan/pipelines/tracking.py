@@ -1,0 +1,84 @@
+"""MLflow logging of a sweep: one run per sweep with params, metrics and artifacts (DESIGN.md, "Runtime").
+
+The tracking store defaults to a local SQLite database under ``<output_dir>/mlruns`` (no server
+needed); ``MLFLOW_TRACKING_URI`` or ``tracking_uri`` overrides it. Params are the config flattened
+(``llm.model``, ``planners.0.name``, ...); metrics are the summary per planner and family
+(``SayCan.nl_nouns.plan_success``) plus the sweep's throughput; artifacts are ``summary.json``,
+``traces.jsonl``, ``config.json`` and the rendered summary table.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def default_tracking_uri(output_dir: str | Path) -> str:
+    folder = Path(output_dir).resolve() / "mlruns"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(d, (list, tuple)) and d and all(isinstance(x, dict) for x in d):
+        for i, v in enumerate(d):
+            out.update(flatten(v, f"{prefix}{i}."))
+    else:
+        out[prefix[:-1]] = d
+    return out
+
+
+def _key(*parts: str) -> str:
+    """MLflow keys allow alphanumerics, _ - . / and spaces; anything else becomes _."""
+    return ".".join(re.sub(r"[^0-9A-Za-z_\-/ ]", "_", p) for p in parts)
+
+
+def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None = None) -> str:
+    """Log an :class:`~groundplan.pipelines.evaluate.EvalResult` as one MLflow run; returns the run id."""
+    import mlflow
+
+    from groundplan.pipelines.summary import render_table
+
+    cfg = result.config
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(cfg.name)
+    params = {k: str(v)[:500] for k, v in flatten(cfg.model_dump()).items()}
+    params["config_hash"] = cfg.hash()
+    metrics: dict[str, float] = {}
+    for r in result.summary:
+        base = (r.planner, r.family)
+        metrics[_key(*base, "execution_success")] = float(r.execution_success)
+        if r.plan_success is not None:
+            metrics[_key(*base, "plan_success")] = float(r.plan_success)
+        metrics[_key(*base, "mean_steps")] = float(r.mean_steps)
+        metrics[_key(*base, "errors")] = float(r.errors)
+        metrics[_key(*base, "episodes")] = float(r.episodes)
+    for k, v in flatten(result.stats).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            metrics[_key("sweep", *k.split("."))] = float(v)
+    with mlflow.start_run(run_name=run_name or f"{cfg.name}-{cfg.hash()}") as run:
+        mlflow.log_params(params)
+        mlflow.log_metrics(metrics)
+        for name in ("summary.json", "traces.jsonl", "config.json"):
+            path = Path(result.run_dir) / name
+            if path.exists():
+                mlflow.log_artifact(str(path))
+        try:
+            from rich.console import Console
+
+            buf = io.StringIO()
+            Console(file=buf, width=120, color_system=None).print(render_table(result.summary, title=cfg.name))
+            mlflow.log_text(buf.getvalue(), "summary_table.txt")
+        except Exception as exc:  # the table is a convenience; the numbers are in summary.json
+            log.warning("could not render the summary table: %s", exc)
+        return run.info.run_id

@@ -1,0 +1,122 @@
+"""The Ray pipeline: same episodes and traces as the in-process sweep, each exactly once; resume;
+an MLflow run with metrics and artifacts; a malformed config fails before Ray starts."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import pytest
+
+from groundplan.config import EvalConfig
+from groundplan.errors import InvalidInputError, UnknownNameError
+from groundplan.pipelines import distributed
+from groundplan.pipelines.distributed import run_eval_ray
+from groundplan.pipelines.evaluate import run_eval
+from groundplan.traces import read_traces
+from tests.fakes import FakeLM
+
+ray = pytest.importorskip("ray")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
+LM_FACTORY = functools.partial(FakeLM.following, PLAN)
+
+
+def _cfg(tmp_path, **kw) -> EvalConfig:
+    base = {
+        "name": "dist",
+        "planners": [
+            {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
+            {"name": "saycan_novf", "label": "No-VF"},
+        ],
+        "tasks": {"families": ["nl_single_primitive", "nl_nouns"], "per_family": 2},
+        "seeds": [0, 1],
+        "max_steps": 6,
+        "output_dir": str(tmp_path),
+    }
+    base.update(kw)
+    return EvalConfig.model_validate(base)
+
+
+def _comparable(trace) -> dict:
+    d = trace.to_dict()
+    d["wall_s"] = 0
+    for s in d["steps"]:
+        s["timings"] = {}
+    return d
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+    yield
+    ray.shutdown()
+
+
+def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
+    cfg = _cfg(tmp_path / "ray")
+    result = run_eval_ray(cfg, num_workers=3, lm_factory=LM_FACTORY, progress=False, tracking=False)
+    seq = run_eval(_cfg(tmp_path / "seq"), lm=LM_FACTORY(), progress=False)
+    n = 16
+    ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
+    assert len(ids) == len(set(ids)) == n
+    assert sorted(map(_comparable, result.traces), key=lambda d: d["episode_id"]) == \
+        sorted(map(_comparable, seq.traces), key=lambda d: d["episode_id"])
+    assert [r.to_dict() for r in result.summary] == [r.to_dict() for r in seq.summary]
+    assert result.stats["scorer"]["requests"] > 0 and result.stats["episode_reruns"] == 0
+    assert ray.is_initialized()  # a Ray it did not start is left running
+
+    # resume: an extra seed runs only the new episodes; nothing is duplicated
+    more = run_eval_ray(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), num_workers=2, lm_factory=LM_FACTORY,
+                        progress=False, tracking=False)
+    assert more.skipped == n and more.stats["episodes_run"] == 8 and len(more.traces) == 24
+    ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
+    assert len(ids) == len(set(ids)) == 24
+    again = run_eval_ray(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), lm_factory=LM_FACTORY, progress=False, tracking=False)
+    assert again.skipped == 24 and again.stats["episodes_run"] == 0
+
+
+def test_remote_affordance_server_gives_the_same_results(tmp_path, ray_local):
+    cfg = _cfg(tmp_path / "a", seeds=[0])
+    remote = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, remote_affordance=True, progress=False, tracking=False)
+    local = run_eval(_cfg(tmp_path / "b", seeds=[0]), lm=LM_FACTORY(), progress=False)
+    assert sorted(map(_comparable, remote.traces), key=lambda d: d["episode_id"]) == \
+        sorted(map(_comparable, local.traces), key=lambda d: d["episode_id"])
+    assert remote.stats["affordance_server"]["requests"] > 0
+
+
+def test_sweep_is_logged_to_mlflow(tmp_path, ray_local, monkeypatch):
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = _cfg(tmp_path, seeds=[0], tasks={"families": ["nl_nouns"], "per_family": 2})
+    result = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, progress=False)
+    run_id = result.stats["mlflow_run_id"]
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}")
+    run = client.get_run(run_id)
+    assert run.data.params["llm.model"] == cfg.llm.model and run.data.params["planners.0.label"] == "SayCan"
+    assert run.data.metrics["SayCan.nl_nouns.episodes"] == 2
+    assert "SayCan.all.execution_success" in run.data.metrics and "sweep.episodes_run" in run.data.metrics
+    arts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"summary.json", "traces.jsonl", "config.json", "summary_table.txt"} <= arts
+    saved = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert {r["planner"] for r in saved} == {"SayCan", "No-VF"}
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"planners": [{"name": "saycann"}]}, UnknownNameError, "saycan"),
+        ({"env": {"name": "kitchn"}}, UnknownNameError, "kitchen"),
+        ({"tasks": {"families": ["nl_nounz"]}}, InvalidInputError, "nl_nouns"),
+        ({"planners": [{"name": "saycan", "affordance": "kitchen_value", "options": {"bogus": 1}}]}, InvalidInputError, "bogus"),
+    ],
+)
+def test_malformed_config_fails_before_ray_starts(tmp_path, monkeypatch, change, error, match):
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started for a malformed config")
+
+    monkeypatch.setattr(distributed, "_connect", no_ray)
+    with pytest.raises(error, match=match):
+        run_eval_ray(_cfg(tmp_path, **change), lm_factory=LM_FACTORY, progress=False, tracking=False)
