@@ -81,7 +81,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from groundplan.pipelines.distributed import ray_kwargs_from_args, run_eval_ray
 
         result = run_eval_ray(cfg, progress=not args.no_progress, resume=not args.fresh, **ray_kwargs_from_args(args))
-    console.print(render_table(result.summary, title=f"{cfg.name}: plan success / execution success"))
+    from groundplan.envs import ENVS
+    from groundplan.pipelines.summary import render_metric_table
+
+    metrics = getattr(ENVS.get(cfg.env.name), "summary_metrics", None)
+    if metrics:  # env-specific metrics, e.g. Zero-Shot Planners' executability / LCS (Table 2)
+        console.print(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"))
+    else:
+        console.print(render_table(result.summary, title=f"{cfg.name}: plan success / execution success"))
     errors = sum(r.errors for r in result.summary if r.family == "all")
     if errors:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")

@@ -23,7 +23,7 @@ class Registry(Generic[T]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T | str] = {}
-        self._extras: dict[str, str] = {}
+        self._install: dict[str, str] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@ENVS.register("kitchen")`` above a class or factory function."""
@@ -36,14 +36,14 @@ class Registry(Generic[T]):
 
         return deco
 
-    def register_lazy(self, name: str, target: str, extra: str | None = None) -> None:
+    def register_lazy(self, name: str, target: str, install: str | None = None) -> None:
         """Declare ``name`` → ``"package.module:attribute"``, imported on first :meth:`get`.
-        ``extra`` names the pip extra that installs the plugin's optional dependencies."""
+        ``install`` is the command that installs the plugin's optional dependencies."""
         if name in self._items:
             raise ValueError(f"{self.kind} '{name}' is registered twice")
         self._items[name] = target
-        if extra:
-            self._extras[name] = extra
+        if install:
+            self._install[name] = install
 
     def get(self, name: str) -> T:
         try:
@@ -57,7 +57,7 @@ class Registry(Generic[T]):
             try:
                 item = getattr(importlib.import_module(module), attr)
             except ImportError as e:
-                hint = f"pip install 'groundplan[{self._extras[name]}]'" if name in self._extras else "check the install"
+                hint = self._install.get(name, "check the install")
                 raise MissingDependencyError(
                     f"{self.kind} '{name}' needs a package that is not installed ({e}); install it with: {hint}"
                 ) from e

@@ -16,10 +16,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
+
 from groundplan.envs.base import Env, Observation, Task
 from groundplan.errors import InvalidInputError
 from groundplan.planners.base import Planner
 from groundplan.traces import EpisodeTrace, StepTrace
+
+#: ``on_step(trace, step, env)``: called after reset (``step=None``) and after each step is recorded (and
+#: executed, unless it is the done decision); e.g. :func:`groundplan.report.frame_saver` saves env frames
+StepHook = Callable[[EpisodeTrace, "StepTrace | None", Env], None]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +44,7 @@ def run_episode(
     config_hash: str = "",
     episode_id: str | None = None,
     require_termination: bool = True,
+    on_step: StepHook | None = None,
 ) -> EpisodeTrace:
     """Run one episode of ``task`` from the start state given by ``seed`` and return its trace.
 
@@ -51,6 +58,9 @@ def run_episode(
 
     Raises :class:`InvalidInputError` when ``planner.reset`` refuses the instruction or ``max_steps``
     is below 1; every other exception from the planner or env is recorded in ``trace.error``.
+
+    ``on_step(trace, step, env)``, when given, is called after reset (``step=None``) and after each step;
+    an exception it raises is logged and ignored (it observes the episode, it cannot fail it).
     """
     cap = _step_cap(planner, max_steps)
     trace = EpisodeTrace(
@@ -78,7 +88,8 @@ def run_episode(
         except Exception as exc:
             error = _describe(exc, "planner.reset")
     if error is None:
-        error = _run_steps(planner, env, observation, cap, trace)
+        _call_hook(on_step, trace, None, env)
+        error = _run_steps(planner, env, observation, cap, trace, on_step)
     trace.prompt = planner.prompt
     _judge(trace, env, task, seed, error, require_termination)
     trace.wall_s = time.perf_counter() - start
@@ -97,7 +108,17 @@ def _step_cap(planner: Planner, max_steps: int | None) -> int:
     return cap
 
 
-def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, trace: EpisodeTrace) -> str | None:
+def _call_hook(hook: StepHook | None, trace: EpisodeTrace, step: StepTrace | None, env: Env) -> None:
+    if hook is None:
+        return
+    try:
+        hook(trace, step, env)
+    except Exception:
+        logger.warning("on_step hook failed (ignored)", exc_info=True)
+
+
+def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, trace: EpisodeTrace,
+               on_step: StepHook | None = None) -> str | None:
     """The decide/execute loop; appends to ``trace.steps`` and returns an error description or None."""
     last = None
     for index in range(cap):
@@ -118,6 +139,7 @@ def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, t
         trace.steps.append(step)
         if decision.done:
             trace.terminated = True
+            _call_hook(on_step, trace, step, env)
             return None
         t0 = time.perf_counter()
         try:
@@ -132,6 +154,7 @@ def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, t
             step.info["env"] = dict(result.info)
         logger.debug("step %d: %s -> success=%s %s", index, decision.skill, result.success, result.feedback)
         observation, last = result.observation, result
+        _call_hook(on_step, trace, step, env)
     logger.debug("episode %s reached max_steps=%d without choosing done", trace.episode_id, cap)
     return None
 

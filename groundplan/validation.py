@@ -31,3 +31,18 @@ def validate_options(model: type[M], options: Mapping[str, Any], what: str | Non
         raise InvalidInputError(
             f"invalid {what or model.__name__}: {describe_errors(exc)}. Valid options: {', '.join(model.model_fields)}"
         ) from None
+
+
+def build_config(cls: type[M], config: M | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> M:
+    """A config object from ``config`` (an instance, a plain mapping such as YAML, or None) updated by
+    ``overrides``; a bad option raises InvalidInputError naming the field."""
+    if config is None:
+        data: dict[str, Any] = {}
+    elif isinstance(config, cls):
+        data = config.model_dump()
+    elif isinstance(config, Mapping):
+        data = dict(config)
+    else:
+        raise InvalidInputError(f"config must be a {cls.__name__} or a mapping, not {type(config).__name__}")
+    data.update(overrides)
+    return validate_options(cls, data)

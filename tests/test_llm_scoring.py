@@ -121,6 +121,15 @@ def test_greedy_generation_matches_transformers_generate(lm):
     assert ours.finish_reason == "length" and ours.num_tokens == 8 and ours.logprob_mean < 0
 
 
+def test_packed_samples_do_not_see_each_other(lm):
+    """n samples share one packed sequence; with greedy decoding each must equal the lone greedy run."""
+    prompt = "Human: How would you throw away a sponge?\nRobot: 1."
+    (one,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=10)
+    many = lm.generate(prompt, n=3, temperature=0.0, max_new_tokens=10)
+    assert [g.text for g in many] == [one.text] * 3
+    assert all(abs(g.logprob_mean - one.logprob_mean) < 1e-4 for g in many)
+
+
 def test_generation_samples_stop_and_are_seeded(lm):
     prompt = "Human: How would you bring me an orange?\nRobot: 1."
     a = lm.generate(prompt, n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=[",", "\n"], seed=3)

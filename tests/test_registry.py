@@ -25,7 +25,7 @@ def test_lazy_entry_imports_on_first_use():
 
 def test_missing_optional_dependency_gives_install_hint():
     reg: Registry = Registry("env")
-    reg.register_lazy("tabletop", "no_such_module_xyz:Env", extra="tabletop")
+    reg.register_lazy("tabletop", "no_such_module_xyz:Env", install="pip install 'groundplan[tabletop]'")
     assert "tabletop" in reg.names()  # listing imports nothing
     with pytest.raises(MissingDependencyError, match=r"pip install 'groundplan\[tabletop\]'"):
         reg.get("tabletop")

@@ -3,5 +3,5 @@ from groundplan.registry import Registry
 
 ENVS: Registry = Registry("env")
 ENVS.register_lazy("kitchen", "groundplan.envs.kitchen.env:KitchenEnv")
-ENVS.register_lazy("tabletop", "groundplan.envs.tabletop.env:TabletopEnv", extra="tabletop")
-ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEnv", extra="virtualhome")
+ENVS.register_lazy("tabletop", "groundplan.envs.tabletop.env:TabletopEnv", install="pip install 'groundplan[tabletop]'")
+ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEnv", install="pip install --no-deps virtualhome-eval==0.1.1")

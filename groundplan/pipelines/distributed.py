@@ -39,7 +39,6 @@ from groundplan.pipelines.summary import summarize
 from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
 from groundplan.runner import run_episode
-from groundplan.skills import AFFORDANCES
 from groundplan.traces import EpisodeTrace, read_traces, write_traces
 
 log = logging.getLogger(__name__)

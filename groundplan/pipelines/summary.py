@@ -65,19 +65,23 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
     from rich.table import Table
 
     planners = list(dict.fromkeys(r.planner for r in rows))
+    has_plan = any(r.plan_success is not None for r in rows)  # envs that cannot replay plans: exec only
     families = list(dict.fromkeys(r.family for r in rows if r.family != ALL)) + [ALL]
     cell = {(r.planner, r.family): r for r in rows}
     table = Table(title=title)
     table.add_column("family")
     table.add_column("n", justify="right")
     for p in planners:
-        table.add_column(f"{p}\nplan / exec", justify="center")
+        table.add_column(f"{p}\nplan / exec" if has_plan else f"{p}\nsuccess", justify="center")
     for fam in families:
         n = next((cell[(p, fam)].episodes for p in planners if (p, fam) in cell), 0)
         cells = []
         for p in planners:
             r = cell.get((p, fam))
-            cells.append("" if r is None else f"{_pct(r.plan_success)} / {_pct(r.execution_success)}")
+            if r is None:
+                cells.append("")
+            else:
+                cells.append(f"{_pct(r.plan_success)} / {_pct(r.execution_success)}" if has_plan else _pct(r.execution_success))
         table.add_row(fam, str(n), *cells, end_section=(fam == families[-2] if len(families) > 1 else False))
     return table
 

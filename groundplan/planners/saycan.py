@@ -25,18 +25,19 @@ import functools
 import logging
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence, TypeVar
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from groundplan.envs.base import Observation, StepResult, Task
 from groundplan.errors import InvalidInputError
-from groundplan.validation import validate_options
+from groundplan.llm.action_index import ActionIndex, unit_rows
 from groundplan.llm.base import LanguageModel
 from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
 from groundplan.skills.base import AffordanceSource
 from groundplan.traces import CandidateScore
+from groundplan.validation import build_config
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,13 @@ class SayCanConfig(DialogPlannerConfig):
         description="Multiply the LLM probability by the affordance (SayCan). False is the 'No VF' "
         "ablation of Sec. 5.5: the LLM's argmax alone.",
     )
+    max_options: int | None = Field(
+        None,
+        ge=2,
+        description="Score at most this many skills per step: when the observation offers more (e.g. "
+        "VirtualHome's ~40,000 steps), keep the done skill and the skills whose embedding (lm.embed, "
+        "cached on disk) is most similar to the instruction. None (default) scores every skill.",
+    )
 
 
 class GenerativeConfig(DialogPlannerConfig):
@@ -151,24 +159,6 @@ class GenerativeConfig(DialogPlannerConfig):
         description="Longest generated step; generation also stops at ',' or a newline, the end of one "
         "step in Listing 1's answer format.",
     )
-
-
-C = TypeVar("C", bound=DialogPlannerConfig)
-
-
-def build_config(cls: type[C], config: C | Mapping[str, Any] | None, overrides: Mapping[str, Any]) -> C:
-    """Validate ``config`` (a config object or a plain mapping, e.g. from YAML) updated by
-    ``overrides``; a bad option raises :class:`InvalidInputError` naming the field."""
-    if config is None:
-        data: dict[str, Any] = {}
-    elif isinstance(config, cls):
-        data = config.model_dump()
-    elif isinstance(config, Mapping):
-        data = dict(config)
-    else:
-        raise InvalidInputError(f"config must be a {cls.__name__} or a mapping, not {type(config).__name__}")
-    data.update(overrides)
-    return validate_options(cls, data)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,12 +271,30 @@ class SayCanPlanner(DialogPlanner):
         self.name = "saycan" if cfg.use_affordance else "saycan_novf"
 
     def _reset_grounding(self, task: Task, seed: int) -> None:
+        self._query = task.instruction.strip()
+        self._query_vector = None
         if self.affordance is not None:
             self.affordance.reset(task, seed)
+
+    def _prefilter(self, skills: list[str], offered: Sequence[str]) -> list[str]:
+        """The done skill and the ``max_options - 1`` skills most similar to the instruction, in the
+        observation's order (embeddings of the action set cached on disk, as Zero-Shot Planners')."""
+        index = getattr(self, "_option_index", None)
+        if index is None or index.skills is not offered:
+            index = self._option_index = ActionIndex(self.lm, offered, self.config.done_skill)
+        if self._query_vector is None:
+            self._query_vector = unit_rows(np.asarray(self.lm.embed([self._query]), dtype=np.float32))[0]
+        cos = index.matrix @ self._query_vector.astype(index.matrix.dtype)
+        keep = self.config.max_options - (1 if self.config.done_skill in skills else 0)
+        top = np.argpartition(-cos, min(keep, len(cos)) - 1)[:keep] if keep > 0 else np.array([], dtype=int)
+        chosen = {index.positions[i] for i in top}
+        return [s for i, s in enumerate(skills) if i in chosen or s == self.config.done_skill]
 
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
         """Algorithm 1, lines 3–10, then amend the prompt with the chosen label."""
         skills = self._admissible(observation)
+        if self.config.max_options is not None and len(skills) > self.config.max_options:
+            skills = self._prefilter(skills, observation.skills)
         options = [" " + s for s in skills]
         scores = self.lm.score(self._prompt, options)
         if len(scores) != len(options) or any(s.option != o for s, o in zip(scores, options)):
@@ -388,16 +396,10 @@ class GenerativePlanner(DialogPlanner):
         vectors = np.asarray(self.lm.embed([*missing, text]), dtype=float)
         if vectors.ndim != 2 or vectors.shape[0] != len(missing) + 1:
             raise RuntimeError(f"{self.lm.name}.embed returned shape {vectors.shape} for {len(missing) + 1} texts")
-        vectors = _unit_rows(vectors)
+        vectors = unit_rows(vectors)
         self._skill_vectors.update(zip(missing, vectors[:-1]))
         matrix = np.stack([self._skill_vectors[s] for s in skills])
         return matrix @ vectors[-1]
-
-
-def _unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero, so their cosine with anything is 0)."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,5 +5,5 @@ from groundplan.registry import Registry
 AFFORDANCES: Registry = Registry("affordance")
 AFFORDANCES.register_lazy("kitchen_value", "groundplan.envs.kitchen.affordance:KitchenValueAffordance")
 AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.envs.kitchen.affordance:LanguageSimAffordance")
-AFFORDANCES.register_lazy("tabletop_detected", "groundplan.envs.tabletop.affordance:DetectedObjectAffordance", extra="tabletop")
-AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.envs.virtualhome.affordance:PreconditionAffordance", extra="virtualhome")
+AFFORDANCES.register_lazy("tabletop_detected", "groundplan.envs.tabletop.affordance:DetectedObjectAffordance", install="pip install 'groundplan[tabletop]'")
+AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.envs.virtualhome.affordance:PreconditionAffordance", install="pip install --no-deps virtualhome-eval==0.1.1")

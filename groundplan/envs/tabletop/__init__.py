@@ -1,0 +1,1 @@
+"""Inner Monologue's simulated tabletop (PyBullet, Franka Panda). Needs ``pip install 'groundplan[tabletop]'``."""

@@ -1,0 +1,44 @@
+"""``virtualhome_preconditions``: SayCan's affordance on VirtualHome is whether a step's
+preconditions hold in the simulator now (1) or not (0).
+
+It needs simulator access: the env's ``Observation.state`` is a picklable
+:class:`~groundplan.envs.virtualhome.env.VirtualHomeSnapshot` (the evolving-graph state, which steps
+never modify, and the character id); :meth:`VirtualHomeSnapshot.check` runs the package's executor on
+it with the env's instance assignment and discards the result. So the affordance is exact (it is the
+simulator's own precondition check) and also works in another process (a Ray actor) that receives
+the pickled observation.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from groundplan.envs.base import Observation
+from groundplan.errors import InvalidInputError
+from groundplan.skills.base import Affordance
+
+
+class PreconditionAffordance(Affordance):
+    """1.0 when the step would execute now, 0.0 when it would not; ``done_affordance`` for the done
+    label (SayCan Appendix C.1 gives "done" a small constant value)."""
+
+    def __init__(self, done_skill: str = "done", done_affordance: float = 0.1) -> None:
+        if not 0.0 <= done_affordance <= 1.0:
+            raise InvalidInputError(f"done_affordance must lie in [0, 1], got {done_affordance}")
+        self.done_skill = done_skill
+        self.done_affordance = float(done_affordance)
+        self.calls = 0
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        snapshot = observation.state
+        if not hasattr(snapshot, "check"):
+            raise InvalidInputError(
+                "virtualhome_preconditions needs the VirtualHome env's observation (a VirtualHomeSnapshot with "
+                f"check()), got {type(snapshot).__name__}"
+            )
+        self.calls += 1
+        out = np.empty(len(skills))
+        for i, skill in enumerate(skills):
+            out[i] = self.done_affordance if skill == self.done_skill else float(snapshot.check(skill)[0])
+        return out

@@ -1,0 +1,311 @@
+"""VirtualHome (scene 1 of ``virtualhome-eval``) as a groundplan environment, for Zero-Shot Planners
+(Huang et al., 2022) and SayCan-style planners.
+
+- Tasks: the 342 programs with goals, split deterministically into demonstrations
+  (:meth:`VirtualHomeEnv.demonstrations`) and test tasks (:meth:`VirtualHomeEnv.tasks`);
+  ``Task.family`` is the task category, ``Task.instruction`` the task name ("Turn on light").
+- Skills: the natural-language form of every admissible step (:mod:`.actions`, about 42,000 labels,
+  one action set for the whole scene as the paper's single action bank), plus the done label.
+- Steps run in the package's evolving-graph simulator (:mod:`.simulator`); a malformed,
+  inadmissible or unexecutable step is a failed :class:`StepResult` whose feedback is the reason.
+- Goals: node, edge and action goals checked against the final state.
+- :meth:`VirtualHomeEnv.episode_metrics`: executability, goal success, LCS against the reference
+  programs and plan length (the paper's Sec. 4 metrics); ``summary_metrics`` names them for tables.
+
+``Observation.state`` is a picklable :class:`VirtualHomeSnapshot` (the simulator state and the
+character id) whose :meth:`~VirtualHomeSnapshot.check` runs a step on it without changing it; the
+``virtualhome_preconditions`` affordance uses it.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
+from groundplan.envs.virtualhome import dataset
+from groundplan.envs.virtualhome import simulator as sim
+from groundplan.envs.virtualhome.actions import STRUCTURAL_CATEGORIES, ActionSpace, ParseError
+from groundplan.validation import validate_options
+
+logger = logging.getLogger(__name__)
+
+#: metrics the summary table should show for this env, in order
+SUMMARY_METRICS = ("executability", "goal_success", "lcs", "length")
+
+
+class VirtualHomeConfig(BaseModel):
+    """Options of :class:`VirtualHomeEnv` (the ``env.options`` of an eval config)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    split: Literal["category", "program"] = Field(
+        "category",
+        description="How tasks are split into demonstrations and test: 'category' holds out whole task "
+        "categories (no demonstration shares a test task's name, like the paper's held-out tasks); "
+        "'program' holds out programs within every category.",
+    )
+    test_fraction: float = Field(0.3, gt=0, lt=1, description="Fraction of categories (or programs) held out for test.")
+    goal_match: Literal["class", "id"] = Field(
+        "class",
+        description="'class': a goal on a node is met by any node of its class (steps name classes and "
+        "the env assigns instances, as in the paper); 'id': the dataset's exact node ids.",
+    )
+    done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
+    cache_size: int = Field(64, ge=1, description="Loaded tasks kept for reuse (each ~100 ms to load).")
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A training program in natural language: task name and steps ("walk to bedroom", …)."""
+
+    program_id: str
+    name: str
+    steps: tuple[str, ...]
+    description: str = ""
+
+
+@dataclass
+class VirtualHomeSnapshot:
+    """Picklable view of the simulator state for grounding functions (``Observation.state``).
+
+    ``state`` is the evolving-graph ``EnvironmentState`` (immutable: steps make new ones), so
+    :meth:`check` executes a step on it and discards the result: the precondition check of the
+    simulator itself, with the env's instance assignment.
+    """
+
+    state: Any
+    char_id: int
+
+    def check(self, label: str) -> tuple[bool, str]:
+        """(preconditions hold, reason when not) for a skill label or script line."""
+        try:
+            step = scene_action_space().parse(label)
+        except ParseError as exc:
+            return False, str(exc)
+        outcome = sim.run_step(self.state, step, self.char_id)
+        return outcome.success, outcome.reason
+
+
+def _vocabulary_path() -> Any:
+    from importlib.metadata import version
+
+    from groundplan.llm.loading import cache_dir
+
+    return cache_dir() / "virtualhome" / f"objects-scene{dataset.SCENE}-{version('virtualhome_eval')}.json"
+
+
+@functools.lru_cache(maxsize=1)
+def scene_objects() -> dict[str, list[str]]:
+    """Object class → properties, over the initial graphs of every program of the scene (the scene's
+    furniture plus the objects programs add). Built once (~4 s) and cached on disk."""
+    path = _vocabulary_path()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    objects: dict[str, set[str]] = collections.defaultdict(set)
+    for program in dataset.load_programs():
+        for node in dataset.load_init_graph(program.program_id)["nodes"]:
+            if node["category"] not in STRUCTURAL_CATEGORIES:
+                objects[node["class_name"]].update(node["properties"])
+    out = {k: sorted(v) for k, v in sorted(objects.items())}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(path)
+    except OSError as exc:
+        logger.warning("could not cache the VirtualHome object list: %s", exc)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def scene_action_space() -> ActionSpace:
+    """The admissible steps of the scene (one set for every task, as the paper's action bank): the
+    property-based combinations plus every step of the dataset's human programs."""
+    extra = [ActionSpace.script_step(line) for p in dataset.load_programs() for line in p.class_script]
+    return ActionSpace(scene_objects(), extra)
+
+
+_DATASET_ARG = re.compile(r"<[^<>]+>\s*\((\d+)\.(\d+)\)")
+
+
+def explicit_ids(line: str) -> list[int] | None:
+    """Node ids of a script line in the dataset's ``<obj> (instance.id)`` form, else None (then the
+    env assigns instances)."""
+    text = line.strip()
+    if not text.startswith("["):
+        return None
+    found = _DATASET_ARG.findall(text)
+    return [int(i) for _, i in found] if found and len(found) == text.count("<") else None
+
+
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of two step sequences."""
+    if not a or not b:
+        return 0
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b, 1):
+            cur.append(prev[j - 1] + 1 if x == y else max(prev[j], cur[j - 1]))
+        prev = cur
+    return prev[-1]
+
+
+def normalised_lcs(plan: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """LCS normalised by the longer program, the maximum over the references (Sec. 2.2)."""
+    best = 0.0
+    for ref in references:
+        longest = max(len(plan), len(ref))
+        if longest:
+            best = max(best, lcs_length(plan, ref) / longest)
+    return best
+
+
+class VirtualHomeEnv(Env):
+    """VirtualHome scene 1 with the evolving-graph simulator; see the module docstring."""
+
+    name = "virtualhome"
+    summary_metrics = list(SUMMARY_METRICS)
+
+    def __init__(self, **options: Any) -> None:
+        self.config = validate_options(VirtualHomeConfig, options, "virtualhome env options")
+        self.done_skill = self.config.done_skill
+        train, test = dataset.split_programs(self.config.split, self.config.test_fraction)
+        self._train, self._test = train, test
+        by_name: dict[str, list[dataset.Program]] = collections.defaultdict(list)
+        for p in dataset.load_programs():
+            by_name[p.name].append(p)
+        self._references = {name: tuple(p.class_script for p in ps) for name, ps in by_name.items()}
+        self._tasks = [self._task(p) for p in test]
+        self._planners: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._skills: list[str] | None = None
+        self.task: Task | None = None
+        self._state: Any = None
+        self._char_id = 0
+        self._executed: list[str] = []
+
+    # -- tasks and demonstrations -----------------------------------------------------------
+
+    def _task(self, p: dataset.Program) -> Task:
+        space = scene_action_space()
+        return Task(
+            task_id=p.program_id,
+            instruction=p.name,
+            family=p.name,
+            goal=p.goal,
+            reference_plan=tuple(space.label(line) for line in p.class_script),
+            metadata={"description": p.description, "program_id": p.program_id, "script": list(p.class_script)},
+        )
+
+    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        """The test tasks (ordered by category, then program id), optionally of some categories."""
+        return [t for t in self._tasks if families is None or t.family in families]
+
+    def demonstrations(self) -> list[Demonstration]:
+        """The training programs in natural language, for the planners' few-shot examples."""
+        space = scene_action_space()
+        return [
+            Demonstration(p.program_id, p.name, tuple(space.label(line) for line in p.class_script), p.description)
+            for p in self._train
+        ]
+
+    @property
+    def action_space(self) -> ActionSpace:
+        return scene_action_space()
+
+    @property
+    def skills(self) -> list[str]:
+        """Admissible labels and the done label (one shared list; do not modify it)."""
+        if self._skills is None:
+            self._skills = [*scene_action_space().labels, self.done_skill]
+        return self._skills
+
+    # -- episodes -----------------------------------------------------------------------------
+
+    def _planner(self, program_id: str) -> Any:
+        planner = self._planners.pop(program_id, None)
+        if planner is None:
+            planner = sim.construct(program_id)
+        self._planners[program_id] = planner
+        while len(self._planners) > self.config.cache_size:
+            self._planners.popitem(last=False)
+        return planner
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        """Load the task's initial graph (the simulator is deterministic: ``seed`` changes nothing)."""
+        program_id = task.metadata.get("program_id", task.task_id)
+        planner = self._planner(program_id)
+        planner.reset()
+        self.task = task
+        self._state = planner.env_state
+        self._char_id = sim.character_id(self._state)
+        self._executed = []
+        return self._observe()
+
+    def _observe(self) -> Observation:
+        return Observation(skills=self.skills, state=VirtualHomeSnapshot(self._state, self._char_id))
+
+    def execute(self, skill: str) -> StepResult:
+        """Run one step given as a label or a script line; never raises for a bad step.
+
+        A script line in the dataset's ``<obj> (instance.id)`` form runs on exactly those node ids;
+        any other step names classes and the env assigns the instances (:mod:`.simulator`)."""
+        if self.task is None:
+            raise RuntimeError("VirtualHomeEnv.execute was called before reset")
+        if skill.strip().lower() == self.done_skill:
+            return StepResult(True, f"{self.done_skill}: episode ends", self._observe())
+        try:
+            step = scene_action_space().parse(skill)
+        except ParseError as exc:
+            return StepResult(False, str(exc), self._observe(), info={"error": "parse"})
+        ids = explicit_ids(skill)
+        outcome = sim.run_step(self._state, step, self._char_id, ids=ids)
+        info = {"script": step.script, "executed": outcome.script, "assignments_tried": outcome.tried}
+        if not outcome.success:
+            info["error"] = "precondition"
+            return StepResult(False, f"{step.text}: {outcome.reason}", self._observe(), info=info)
+        self._state = outcome.state
+        self._executed.append(step.action)
+        return StepResult(True, f"{step.text}: ok", self._observe(), info=info)
+
+    def run_script(self, lines: Sequence[str]) -> list[StepResult]:
+        """Execute several steps in order (labels or script lines); for tests and tools."""
+        return [self.execute(line) for line in lines]
+
+    def check_goal(self) -> GoalResult:
+        if self.task is None:
+            raise RuntimeError("VirtualHomeEnv.check_goal was called before reset")
+        result = sim.check_goals(self._state, self.task.goal, self._executed, self.config.goal_match)
+        return GoalResult(result.success, result.satisfied, result.unsatisfied)
+
+    # -- metrics ---------------------------------------------------------------------------------
+
+    def to_script(self, label: str) -> str:
+        """Script form of a label, or the label itself when it does not parse (it then matches nothing)."""
+        try:
+            return scene_action_space().parse(label).script
+        except ParseError:
+            return label
+
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        """Executability (a non-empty plan whose every executed step succeeded), goal success, LCS
+        against the reference programs of the task's name (normalised by the longer program, max
+        over references) and plan length (Zero-Shot Planners, Sec. 2.2 and 5.5)."""
+        steps = [s for s in trace.steps if not s.done]
+        plan = [self.to_script(s.chosen) for s in steps]
+        references = self._references.get(task.instruction) or (tuple(task.metadata.get("script", ())),)
+        return {
+            "executability": float(bool(steps) and all(s.success for s in steps)),
+            "goal_success": float(bool(trace.execution_success)),
+            "lcs": normalised_lcs(plan, references),
+            "length": float(len(steps)),
+        }

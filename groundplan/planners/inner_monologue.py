@@ -1,0 +1,422 @@
+"""Inner Monologue (Huang et al. 2022) for the simulated tabletop: closed-loop planning with textual
+feedback appended to one growing prompt.
+
+The prompt follows the paper's sim listing (App. D, Listing 1) line by line::
+
+    Scene: There is a cyan, yellow block and a green bowl.      <- objects, listed once at the start
+    Human: <instruction>
+    Robot thought: Goal state is ["…", "…"].                    <- "scene" only (generated)
+    Robot action: Pick the cyan block and place it on the top left corner.   <- generated
+    Successful action: True                                     <- "success"
+    Scene: There is a cyan, yellow block and a green bowl.      <- "object" (re-listed after each step)
+    Scene: You have completed ["Cyan block is on the top left corner."]      <- "scene"
+    Robot thought: Yellow block is not on the top left corner.  <- "scene" (generated)
+    Robot ask: Is the yellow block on the top left corner?      <- "human" (generated, optional)
+    Human: No.                                                  <- scripted responder
+    Robot action: …
+
+Feedback kinds are selected with ``feedback`` (any subset of object, success, scene, human). ``[]`` is
+the open-loop "LLM Object" baseline: objects listed once at the start, no further feedback. The
+few-shot file holds every line kind; :func:`filter_examples` keeps the lines of the selected kinds
+(in open-loop style prompts — none of success/scene/human — failed attempts are dropped from the
+examples, since nothing in the prompt would explain the retry). The examples show failed actions being
+retried: that is the only source of IM's replanning (NOTES.md).
+
+Each step the LM generates greedily (``temperature=0``), stopping at a newline. The action text is
+parsed into (object to pick, place target); when it does not parse, or names something not
+admissible, it is mapped to the admissible skill with the highest embedding cosine (``lm.embed``),
+recorded in ``Decision.info["projection"]``; the admissible action, not the raw text, goes into the
+prompt. "Done." (or a ``Robot thought: None.`` in scene mode) ends the episode. With ``human``, the LM
+writes after ``Robot`` and may choose ``ask: <question>``; a scripted responder answers
+(:class:`ScriptedHuman`).
+
+Scene descriptions check the sub-goals parsed from the LM's first ``Goal state is [...]`` thought
+with the success detector (App. A.1). If none parse (small models), ``subgoal_fallback`` uses the
+task's reference sub-goals and records ``info["subgoals_source"] = "task"``.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from groundplan.envs.base import Observation, StepResult, Task
+from groundplan.errors import InvalidInputError
+from groundplan.llm.base import LanguageModel
+from groundplan.perception.object_lister import describe_objects
+from groundplan.perception.scene_description import (
+    SubGoal,
+    completed,
+    describe_progress,
+    parse_goal_state,
+    parse_subgoal,
+)
+from groundplan.perception.success_detector import detect_success
+from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
+from groundplan.planners.saycan import load_prompt
+from groundplan.skills.base import AffordanceSource
+from groundplan.traces import CandidateScore
+from groundplan.validation import validate_options
+
+logger = logging.getLogger(__name__)
+
+FeedbackKind = Literal["object", "success", "scene", "human"]
+FEEDBACK_KINDS: tuple[str, ...] = ("object", "success", "scene", "human")
+_DONE_WORDS = {"done", "stop", "robot.stop()", "none", "finish", "finished"}
+_ACTION = re.compile(
+    r"^\s*(?:robot\.)?pick(?: up)? (?:the )?(\w+ block)(?:,| and)? (?:place|put) (?:it )?(?:on top of|on|in|into|onto) "
+    r"(?:the )?(.+?)\s*\.?\s*$",
+    re.IGNORECASE,
+)
+
+
+class InnerMonologueConfig(BaseModel):
+    """Options of :class:`InnerMonologuePlanner`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field("inner_monologue_tabletop", description="Few-shot file in groundplan/planners/prompts "
+                        "(or a .txt path) in IM's sim format; filtered to the selected feedback kinds.")
+    feedback: list[FeedbackKind] = Field(
+        default_factory=lambda: ["object", "scene"],
+        description="Feedback kinds: 'object' (re-list detected objects after each step), 'success' "
+        "('Successful action: True/False'), 'scene' (achieved sub-goals + generated thoughts), 'human' "
+        "(the LM may ask, a scripted human answers). [] = open loop ('LLM Object'). Default: IM's "
+        "best sim variant, Object + Scene.")
+    max_steps: int = Field(15, ge=1, description="Most decisions per episode (IM: 15).")
+    done_skill: str = Field("done", min_length=1, description="Env skill that ends the episode.")
+    max_new_tokens: int = Field(32, ge=1, description="Longest generated action / question.")
+    thought_max_new_tokens: int = Field(96, ge=1, description="Longest generated thought (the goal list is long).")
+    max_questions: int = Field(2, ge=0, description="Most questions per step with 'human' feedback.")
+    subgoal_fallback: bool = Field(True, description="Use the task's reference sub-goals when none of the "
+                                   "generated goal state parses.")
+    human_answers: dict[str, str] = Field(default_factory=dict, description="Scripted answers: a question "
+                                          "containing the key (case-insensitive) gets the value; checked first.")
+    max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
+
+    @field_validator("feedback")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"feedback kinds repeat: {v}")
+        return v
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_exists(cls, value: str) -> str:
+        load_prompt(value)
+        return value
+
+
+# ------------------------------------------------------------------------------------ prompt text
+def action_text(skill: str, done_skill: str = "done") -> str:
+    """``"pick the x and place it on the y"`` → ``"Pick the x and place it on the y."``; done → ``"Done."``."""
+    if skill == done_skill:
+        return "Done."
+    s = skill.strip().rstrip(".")
+    return s[0].upper() + s[1:] + "."
+
+
+def parse_action(text: str) -> tuple[str, str] | None:
+    """(object to pick, place target) from generated action text, or None."""
+    m = _ACTION.match(text.strip().strip('"'))
+    return (m.group(1).lower(), m.group(2).lower().strip('" )')) if m else None
+
+
+def is_done_text(text: str) -> bool:
+    return text.strip().strip('."').lower() in _DONE_WORDS
+
+
+def _kind(line: str, first_scene: bool, first_human: bool) -> str:
+    if line.startswith("Robot action:"):
+        return "action"
+    if line.startswith("Successful action:"):
+        return "success"
+    if line.startswith("Scene: You have completed"):
+        return "scene"
+    if line.startswith("Scene:"):
+        return "start_objects" if first_scene else "object"
+    if line.startswith("Robot thought:"):
+        return "thought"
+    if line.startswith("Robot ask:"):
+        return "ask"
+    if line.startswith("Human:"):
+        return "task" if first_human else "answer"
+    return "other"
+
+
+def filter_examples(text: str, feedback: Sequence[str]) -> str:
+    """Keep the few-shot lines of the selected feedback kinds (see the module docstring)."""
+    fb = set(feedback)
+    keep_kinds = {"start_objects", "task", "action", "other"}
+    if "success" in fb:
+        keep_kinds.add("success")
+    if "object" in fb:
+        keep_kinds.add("object")
+    if "scene" in fb:
+        keep_kinds |= {"scene", "thought"}
+    if "human" in fb:
+        keep_kinds |= {"ask", "answer"}
+    closed = bool(fb & {"success", "scene", "human"})
+    out_examples = []
+    for example in re.split(r"\n\s*\n", text.strip()):
+        lines = [ln.rstrip() for ln in example.splitlines() if ln.strip()]
+        header: list[tuple[str, str]] = []
+        steps: list[list[tuple[str, str]]] = []
+        seen_scene = seen_human = False
+        for ln in lines:
+            kind = _kind(ln, not seen_scene, not seen_human)
+            seen_scene |= ln.startswith("Scene:")
+            seen_human |= ln.startswith("Human:")
+            if kind == "action":
+                steps.append([(kind, ln)])
+            elif steps:
+                steps[-1].append((kind, ln))
+            else:
+                header.append((kind, ln))
+        kept: list[str] = [ln for k, ln in header if k in keep_kinds]
+        for step in steps:
+            failed = any(k == "success" and ln.endswith("False") for k, ln in step)
+            if failed and not closed:
+                continue
+            # the final "Robot action: Done." after "Robot thought: None." belongs to non-scene variants
+            if "scene" in fb and step[0][1] == "Robot action: Done." and kept and kept[-1] == "Robot thought: None.":
+                continue
+            kept.extend(ln for k, ln in step if k in keep_kinds)
+        out_examples.append("\n".join(kept))
+    return "\n\n".join(out_examples) + "\n\n"
+
+
+# ------------------------------------------------------------------------------------ the human
+class ScriptedHuman:
+    """Answers the planner's questions from the true state (an oracle "human" / VQA, IM Sec. 3.3):
+
+    * "Is the <x> on/in the <y>?" → "Yes." / "No." by the success detector;
+    * a question about being done/finished/complete → whether the task's reference sub-goals hold;
+    * which/what/where/how/next questions → the first unsatisfied reference sub-goal as an action;
+    * anything else → "I don't know."; ``answers`` (substring → answer) are checked first.
+    """
+
+    def __init__(self, task: Task, answers: Mapping[str, str] | None = None) -> None:
+        self.task = task
+        self.answers = {k.lower(): v for k, v in (answers or {}).items()}
+        self.log: list[tuple[str, str]] = []
+
+    def _reference(self) -> list[SubGoal]:
+        out = []
+        for text in (self.task.metadata or {}).get("subgoals", []):
+            sg = parse_subgoal(text)
+            if sg is not None:
+                out.append(sg)
+        return out
+
+    def answer(self, question: str, observation: Observation) -> str:
+        reply = self._answer(question, observation)
+        self.log.append((question, reply))
+        return reply
+
+    def _answer(self, question: str, observation: Observation) -> str:
+        q = question.lower()
+        for key, value in self.answers.items():
+            if key in q:
+                return value
+        state = observation.state
+        positions = dict(getattr(state, "positions", {}) or {})
+        locations = dict(getattr(state, "locations", {}) or {})
+        m = re.search(r"is the (\w+ block) (?:on top of|on|in|inside) the ([\w ]+?)\s*\??$", q)
+        if m:
+            return "Yes." if detect_success(positions, m.group(1), m.group(2), locations) else "No."
+        reference = self._reference()
+        if any(w in q for w in ("done", "finish", "complete")):
+            left = [sg for sg in reference if sg not in completed(reference, positions, locations)]
+            return "Yes." if not left else "No."
+        if any(w in q for w in ("which", "what", "where", "how", "next", "should")):
+            left = [sg for sg in reference if sg not in completed(reference, positions, locations)]
+            if not left:
+                return "You are done."
+            return f"Pick the {left[0].obj} and place it on the {left[0].target}."
+        return "I don't know."
+
+
+# ------------------------------------------------------------------------------------ the planner
+class InnerMonologuePlanner(Planner):
+    """IM's closed-loop planner (see the module docstring). ``name`` is ``"inner_monologue"``."""
+
+    name = "inner_monologue"
+
+    def __init__(self, lm: LanguageModel, config: InnerMonologueConfig | Mapping[str, Any] | None = None,
+                 **overrides: Any) -> None:
+        data = config.model_dump() if isinstance(config, InnerMonologueConfig) else dict(config or {})
+        data.update(overrides)
+        self.config: InnerMonologueConfig = validate_options(InnerMonologueConfig, data, "inner_monologue options")
+        self.lm = lm
+        self.feedback = set(self.config.feedback)
+        self._few_shot = filter_examples(load_prompt(self.config.prompt), self.config.feedback)
+        self._prompt = ""
+        self._task: Task | None = None
+        self._subgoals: list[SubGoal] = []
+        self._subgoal_source = ""
+        self._human: ScriptedHuman | None = None
+        self._skill_vectors: dict[str, np.ndarray] = {}
+        self._steps = 0
+        self._finished = False
+
+    @property
+    def prompt(self) -> str:
+        return self._prompt
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    @property
+    def subgoals(self) -> list[SubGoal]:
+        return list(self._subgoals)
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
+        self._task = task
+        detected = list(getattr(observation.state, "detected", []) or [])
+        self._prompt = f"{self._few_shot}Scene: {describe_objects(detected)}\nHuman: {instruction}\n"
+        self._subgoals, self._subgoal_source = [], ""
+        self._human = ScriptedHuman(task, self.config.human_answers) if "human" in self.feedback else None
+        self._steps = 0
+        self._finished = False
+
+    # -------------------------------------------------------------------------------- generation
+    def _generate(self, max_new_tokens: int) -> str:
+        g = self.lm.generate(self._prompt, n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n"])[0]
+        return g.text.split("\n", 1)[0].strip()
+
+    def _append(self, text: str) -> None:
+        self._prompt += text
+
+    def _known_names(self, observation: Observation) -> list[str]:
+        s = observation.state
+        return list(getattr(s, "blocks", []) or []) + list(getattr(s, "bowls", []) or []) + \
+            list((getattr(s, "locations", {}) or {}).keys())
+
+    def _set_subgoals(self, thought: str, observation: Observation) -> None:
+        self._subgoals = parse_goal_state(thought, self._known_names(observation))
+        self._subgoal_source = "generated"
+        if not self._subgoals and self.config.subgoal_fallback and self._task is not None:
+            refs = [parse_subgoal(t) for t in (self._task.metadata or {}).get("subgoals", [])]
+            self._subgoals = [sg for sg in refs if sg is not None]
+            self._subgoal_source = "task"
+
+    def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
+        if self._task is None:
+            raise RuntimeError("InnerMonologuePlanner.next_step was called before reset(task, observation)")
+        if self._finished:
+            raise RuntimeError("the planner already chose done; call reset first")
+        start = len(self._prompt)
+        info: dict[str, Any] = {"feedback": []}
+        state = observation.state
+        if self._steps == 0:
+            if "scene" in self.feedback:
+                self._append("Robot thought:")
+                thought = self._generate(self.config.thought_max_new_tokens)
+                self._append(f" {thought}\n")
+                info["thought"] = thought
+                self._set_subgoals(thought, observation)
+                info["subgoals"] = [sg.text for sg in self._subgoals]
+                info["subgoals_source"] = self._subgoal_source
+        else:
+            lines = []
+            if "success" in self.feedback and last is not None:
+                lines.append(f"Successful action: {bool(last.success)}")
+            if "object" in self.feedback:
+                lines.append(f"Scene: {describe_objects(list(getattr(state, 'detected', []) or []))}")
+            if "scene" in self.feedback:
+                lines.append("Scene: " + describe_progress(self._subgoals, getattr(state, "positions", {}) or {},
+                                                            getattr(state, "locations", {}) or {}))
+            for ln in lines:
+                self._append(ln + "\n")
+            info["feedback"] = lines
+            if "scene" in self.feedback:
+                self._append("Robot thought:")
+                thought = self._generate(self.config.thought_max_new_tokens)
+                self._append(f" {thought}\n")
+                info["thought"] = thought
+                if is_done_text(thought):
+                    return self._decide(self.config.done_skill, [], info, start, write_action=False)
+        text = self._action_or_questions(observation, info)
+        info["generated"] = text
+        if is_done_text(text):
+            return self._decide(self.config.done_skill, [], info, start)
+        skills = list(observation.skills)
+        if not skills:
+            raise InvalidInputError("the observation lists no skills, so there is nothing to choose from")
+        parsed = parse_action(text)
+        label = f"pick the {parsed[0]} and place it on the {parsed[1]}" if parsed else None
+        if label is not None and label in skills:
+            info["parsed"] = True
+            return self._decide(label, [CandidateScore(label, 0.0, None, 0.0)], info, start)
+        info["parsed"] = False
+        cos = self._cosines(text or "done", skills)
+        best = int(np.argmax(cos))
+        info["projection"] = {"from": text, "to": skills[best], "cosine": float(cos[best]),
+                              "reason": "unparseable" if parsed is None else "not admissible"}
+        candidates = [CandidateScore(s, float(c), None, float(c)) for s, c in zip(skills, cos)]
+        return self._decide(skills[best], candidates, info, start)
+
+    def _action_or_questions(self, observation: Observation, info: dict[str, Any]) -> str:
+        """The action text; with 'human' feedback the LM may first ask up to ``max_questions`` questions."""
+        if self._human is None:
+            self._append("Robot action:")
+            return self._generate(self.config.max_new_tokens)
+        questions = []
+        for _ in range(self.config.max_questions + 1):
+            if len(questions) >= self.config.max_questions:
+                self._append("Robot action:")
+                return self._finish_questions(self._generate(self.config.max_new_tokens), questions, info)
+            self._append("Robot")
+            text = self._generate(self.config.max_new_tokens)
+            low = text.lower()
+            if low.startswith("ask:"):
+                question = text[4:].strip()
+                answer = self._human.answer(question, observation)
+                self._append(f" ask: {question}\nHuman: {answer}\n")
+                questions.append({"question": question, "answer": answer})
+                continue
+            if low.startswith("action:"):
+                text = text[7:].strip()
+            self._prompt = self._prompt[: -len("Robot")] + "Robot action:"
+            return self._finish_questions(text, questions, info)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _finish_questions(text: str, questions: list[dict[str, str]], info: dict[str, Any]) -> str:
+        if questions:
+            info["questions"] = questions
+        return text
+
+    def _decide(self, skill: str, candidates: list[CandidateScore], info: dict[str, Any], start: int,
+                write_action: bool = True) -> Decision:
+        done = skill == self.config.done_skill
+        if write_action:
+            self._append(f" {action_text(skill, self.config.done_skill)}\n")
+        self._steps += 1
+        if done:
+            self._finished = True
+        return Decision(skill=skill, done=done, candidates=candidates, prompt_delta=self._prompt[start:], info=info)
+
+    def _cosines(self, text: str, skills: Sequence[str]) -> np.ndarray:
+        missing = [s for s in dict.fromkeys(skills) if s not in self._skill_vectors]
+        vectors = np.asarray(self.lm.embed([*missing, text]), dtype=float)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+        self._skill_vectors.update(zip(missing, vectors[:-1]))
+        return np.stack([self._skill_vectors[s] for s in skills]) @ vectors[-1]
+
+
+def make_inner_monologue(lm: LanguageModel, affordance: AffordanceSource | None = None, **options: Any) -> Planner:
+    """Inner Monologue; ``options`` are :class:`InnerMonologueConfig` fields (``feedback=[]`` is the
+    open-loop "LLM Object" baseline). ``affordance`` is accepted for the uniform factory signature and
+    not used: IM grounds through language feedback, not affordances."""
+    if affordance is not None:
+        logger.debug("inner_monologue does not use affordances; ignoring %r", affordance)
+    return InnerMonologuePlanner(lm, **options)
