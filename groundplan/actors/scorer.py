@@ -141,7 +141,13 @@ class LLMScorer:
     """
 
     def __init__(self, backend: str = "hf", model: str | None = None, options: dict[str, Any] | None = None,
-                 batch_window_ms: float = 5.0, max_batch: int = 32, lm_factory: LMFactory | None = None) -> None:
+                 batch_window_ms: float = 5.0, max_batch: int = 32, lm_factory: LMFactory | None = None,
+                 num_threads: int | None = None) -> None:
+        # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 by default), which would leave a CPU scorer
+        # with one thread; the scorer is the compute-heavy actor, so by default it uses every core.
+        import torch
+
+        torch.set_num_threads(max(1, num_threads or os.cpu_count() or 1))
         if lm_factory is not None:
             self.lm = lm_factory()
         else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import torch
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class ActionIndex:
         self.positions = [i for i, s in enumerate(skills) if s != done_skill]
         self.labels = [skills[i] for i in self.positions]
         self.matrix = action_embeddings(lm, self.labels)
+        # torch shares the array's memory; its GEMM is ~3x faster than numpy's for this (40k x 384)
+        # by (384 x k) product, which is memory-bound and dominates a translation step
+        self._matrix_t = torch.from_numpy(self.matrix)
         self._position = {label: i for i, label in enumerate(self.labels)}
 
     def translate(
@@ -125,13 +129,14 @@ class ActionIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Best score of every action over the samples, the cosine and the sample achieving it:
         ``max_s cos(f(s), f(a)) + β·P(s)`` minus ``penalty`` for the previous action."""
-        cos = self.matrix @ sample_vectors.T  # (actions, samples)
-        scores = cos + beta * logprobs[None, :]
-        best_sample = np.argmax(scores, axis=1)
-        rows = np.arange(len(self.labels))
-        best = scores[rows, best_sample]
+        samples = torch.from_numpy(np.ascontiguousarray(sample_vectors, dtype=np.float32))
+        cos = self._matrix_t @ samples.T  # (actions, samples)
+        scores = cos + beta * torch.from_numpy(np.asarray(logprobs, dtype=np.float32))[None, :]
+        best_t, best_sample_t = scores.max(dim=1)
+        best = best_t.numpy()
+        best_sample = best_sample_t.numpy()
         if previous is not None and penalty:
             i = self._position.get(previous)
             if i is not None:
                 best[i] -= penalty
-        return best, cos[rows, best_sample], best_sample
+        return best, cos.gather(1, best_sample_t[:, None])[:, 0].numpy(), best_sample

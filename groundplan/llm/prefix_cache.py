@@ -20,8 +20,13 @@ import torch
 
 @dataclass
 class CacheEntry:
-    """Key/value state for ``tokens`` (per layer, each [1, heads, len, head_dim]) and the next-token
-    log-probs after the last token (so an exact hit needs no forward pass at all)."""
+    """Key/value state for ``tokens`` and the next-token log-probs after the last token (so an exact
+    hit needs no forward pass at all).
+
+    ``kv`` holds per layer a (keys, values) pair of buffers [1, heads, capacity, head_dim] whose first
+    ``len(tokens)`` positions are this entry's state; the rest is headroom that a later forward over
+    this prefix writes into in place (see ``groundplan.llm.hf``), so the prefix is never re-copied.
+    """
 
     tokens: np.ndarray
     kv: list[tuple[torch.Tensor, torch.Tensor]]

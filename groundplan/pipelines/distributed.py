@@ -116,6 +116,7 @@ def run_eval_ray(
     scorer_num_gpus: float = 0.0,
     scorer_num_cpus: float = 1.0,
     scorer_resources: dict[str, float] | None = None,
+    scorer_num_threads: int | None = None,
     worker_num_cpus: float = 0.5,
     worker_resources: dict[str, float] | None = None,
     batch_window_ms: float = 5.0,
@@ -169,7 +170,8 @@ def run_eval_ray(
             scorers = [
                 make_scorer_actor(num_gpus=scorer_num_gpus, num_cpus=scorer_num_cpus, resources=scorer_resources,
                                   backend=cfg.llm.backend, model=cfg.llm.model, options=cfg.llm.options,
-                                  batch_window_ms=batch_window_ms, max_batch=max_batch, lm_factory=lm_factory)
+                                  batch_window_ms=batch_window_ms, max_batch=max_batch, lm_factory=lm_factory,
+                                  num_threads=scorer_num_threads)
                 for _ in range(num_scorers)
             ]
             actors += scorers
@@ -340,6 +342,8 @@ def add_ray_arguments(parser: Any) -> None:
     g.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: --workers)")
     g.add_argument("--scorers", type=int, default=1, help="LLM scorer replicas (default 1)")
     g.add_argument("--scorer-gpus", type=float, default=0.0, help="GPUs per scorer replica (default 0)")
+    g.add_argument("--scorer-threads", type=int, default=None,
+                   help="torch threads per scorer (default: all cores of its node; Ray would give it 1)")
     g.add_argument("--batch-window-ms", type=float, default=5.0, help="scorer batching window (default 5 ms)")
     g.add_argument("--max-batch", type=int, default=32, help="most score requests per batch (default 32)")
     g.add_argument("--scorer-resource", action="append", default=[], metavar="NAME=AMOUNT",
@@ -364,7 +368,7 @@ def ray_kwargs_from_args(args: Any) -> dict[str, Any]:
     """Keyword arguments of :func:`run_eval_ray` from parsed :func:`add_ray_arguments` flags."""
     return dict(
         address=args.address, num_workers=args.workers, max_in_flight=args.in_flight, num_scorers=args.scorers,
-        scorer_num_gpus=args.scorer_gpus, batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
+        scorer_num_gpus=args.scorer_gpus, scorer_num_threads=args.scorer_threads, batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
         scorer_resources=_resources(args.scorer_resource), worker_resources=_resources(args.worker_resource),
         tracking=not args.no_mlflow,
     )
