@@ -120,3 +120,23 @@ def test_malformed_config_fails_before_ray_starts(tmp_path, monkeypatch, change,
     monkeypatch.setattr(distributed, "_connect", no_ray)
     with pytest.raises(error, match=match):
         run_eval_ray(_cfg(tmp_path, **change), lm_factory=LM_FACTORY, progress=False, tracking=False)
+
+
+VH_STEPS = ["walk to bathroom", "find towel", "grab towel"]
+
+
+def test_env_metrics_come_back_from_sim_workers(tmp_path, ray_local):
+    """Per-episode env metrics (VirtualHome's executability, LCS...) are computed by the worker's env
+    and recorded exactly as in-process."""
+    pytest.importorskip("virtualhome_eval")
+    cfg = EvalConfig.model_validate({
+        "name": "vh", "env": {"name": "virtualhome"}, "planners": [{"name": "zeroshot_vanilla", "label": "Vanilla",
+                                                                      "options": {"num_samples": 1}}],
+        "tasks": {"per_family": 1}, "seeds": [0], "max_steps": 4, "output_dir": str(tmp_path / "ray"),
+    })
+    factory = functools.partial(FakeLM, generations=[" " + ", ".join(VH_STEPS)] * 100)
+    local = run_eval(cfg.model_copy(update={"output_dir": str(tmp_path / "local")}), lm=factory(), progress=False)
+    remote = run_eval_ray(cfg, num_workers=2, lm_factory=factory, progress=False, tracking=False)
+    assert local.traces and all(t.metrics for t in local.traces)
+    by_id = {t.episode_id: t.metrics for t in local.traces}
+    assert {t.episode_id: t.metrics for t in remote.traces} == by_id

@@ -91,6 +91,7 @@ class RemoteEnv(_Guard, Env):
         self.name = info["name"]
         self.done_skill = info["done_skill"]
         self.can_replay = bool(info["can_replay"])
+        self.has_frames = bool(info.get("has_frames", False))
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
         return self._get(self.handle.tasks.remote(None if families is None else list(families)))
@@ -103,6 +104,12 @@ class RemoteEnv(_Guard, Env):
 
     def check_goal(self) -> GoalResult:
         return self._get(self.handle.check_goal.remote())
+
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        return self._get(self.handle.episode_metrics.remote(task, trace))
+
+    def frames(self) -> list[Any]:
+        return self._get(self.handle.frames.remote()) if self.has_frames else []
 
     def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
         if not self.can_replay:

@@ -26,6 +26,7 @@ class SimWorker:
             "name": env.name,
             "done_skill": env.done_skill,
             "can_replay": type(env).check_plan is not Env.check_plan,
+            "has_frames": callable(getattr(env, "frames", None)),
             "worker_id": self.worker_id,
             "pid": os.getpid(),
             "episodes": self.episodes,
@@ -46,6 +47,14 @@ class SimWorker:
 
     def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
         return self.env.check_plan(task, seed, list(plan))
+
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        return self.env.episode_metrics(task, trace)
+
+    def frames(self) -> list[Any]:
+        """The env's recent camera frames (envs that render keep a few; others have none)."""
+        frames = getattr(self.env, "frames", None)
+        return list(frames()) if callable(frames) else []
 
 
 def make_sim_worker(env_name: str, env_options: dict[str, Any] | None = None, worker_id: int = 0, *,

@@ -35,6 +35,7 @@ from groundplan.llm.base import LanguageModel
 from groundplan.pipelines.evaluate import (
     EpisodeSpec, EvalResult, expand, finished_ids, make_env, make_planner, validate_names,
 )
+from groundplan.report import frame_saver
 from groundplan.pipelines.summary import summarize
 from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
@@ -247,6 +248,7 @@ async def _coordinate(cfg: EvalConfig, todo: list[EpisodeSpec], traces_path: Pat
     queue.reverse()
     rr = itertools.count()
     cfg_hash = cfg.hash()
+    save_frames = frame_saver(traces_path.parent)
     next_id = itertools.count(len(workers))
     bar = tqdm(total=len(todo), desc=cfg.name, unit="ep", disable=not progress)
     t0 = time.perf_counter()
@@ -259,7 +261,7 @@ async def _coordinate(cfg: EvalConfig, todo: list[EpisodeSpec], traces_path: Pat
         try:
             planner = _build_planner(spec.planner, lm, cfg.max_steps, aff, spec.episode_id)
             trace = run_episode(planner, env, spec.task, spec.seed, max_steps=cfg.max_steps, llm_name=cfg.llm.model,
-                                config_hash=cfg_hash, episode_id=spec.episode_id)
+                                config_hash=cfg_hash, episode_id=spec.episode_id, on_step=save_frames)
         except Exception as exc:  # InvalidInputError from planner.reset, or an actor death outside run_episode
             died = env.actor_error or lm.actor_error
             if died is not None:

@@ -23,6 +23,7 @@ from groundplan.llm import LLM_BACKENDS, LanguageModel, load_llm
 from groundplan.pipelines.summary import SummaryRow, summarize
 from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
+from groundplan.report import frame_saver
 from groundplan.runner import run_episode
 from groundplan.skills import AFFORDANCES
 from groundplan.traces import EpisodeTrace, read_traces, write_traces
@@ -121,12 +122,14 @@ def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = 
     lm = lm or load_llm(cfg.llm.backend, model=cfg.llm.model, **cfg.llm.options)
     planners = {p.display: make_planner(p, lm, cfg.max_steps) for p in cfg.planners}
     cfg_hash = cfg.hash()
+    save_frames = frame_saver(run_dir)
     t0 = time.perf_counter()
     bar = tqdm(todo, desc=cfg.name, unit="ep", disable=not progress)
     for spec in bar:
         trace = run_episode(
             planners[spec.planner.display], env, spec.task, spec.seed,
             max_steps=cfg.max_steps, llm_name=cfg.llm.model, config_hash=cfg_hash, episode_id=spec.episode_id,
+            on_step=save_frames,
         )
         write_traces(traces_path, [trace])
         bar.set_postfix_str(f"{spec.planner.display}: {'ok' if trace.execution_success else 'fail'}")
