@@ -98,6 +98,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from groundplan.errors import InvalidInputError
+    from groundplan.report import render_report
+
+    run_dir = Path(args.run)
+    if not (run_dir / "traces.jsonl").exists():
+        raise InvalidInputError(f"no traces.jsonl in {run_dir}: give a run folder such as outputs/saycan_kitchen")
+    console.print(f"report: {render_report(run_dir)}")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.envs import ENVS
     from groundplan.llm import LLM_BACKENDS
@@ -136,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-progress", action="store_true")
     add_ray_arguments(e)
     e.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
+    r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
+    r.set_defaults(func=cmd_report)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances and LLM backends")
     ls.set_defaults(func=cmd_list)

@@ -140,3 +140,22 @@ def test_env_metrics_come_back_from_sim_workers(tmp_path, ray_local):
     assert local.traces and all(t.metrics for t in local.traces)
     by_id = {t.episode_id: t.metrics for t in local.traces}
     assert {t.episode_id: t.metrics for t in remote.traces} == by_id
+
+
+def test_local_ray_gets_enough_logical_cpus_for_the_requested_actors(monkeypatch):
+    """4 half-CPU workers + a 1-CPU scorer on a 2-core machine must not leave workers unschedulable."""
+    import ray
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert distributed._connect(None, None, cpus_needed=3.0)
+    assert seen["num_cpus"] == 3
+
+
+def test_unplaceable_workers_fail_clearly_instead_of_hanging(tmp_path, ray_local):
+    with pytest.raises(InvalidInputError, match="sim workers did not start within .* cannot place them"):
+        run_eval_ray(_cfg(tmp_path), num_workers=1, worker_num_cpus=64, lm_factory=LM_FACTORY, progress=False,
+                     tracking=False, start_timeout_s=3)

@@ -65,6 +65,14 @@ def test_cli_eval_tiny(tmp_path, capsys):
     assert "nl_single_primitive" in out and "SayCan" in out and "Generative" in out
     traces = list(read_traces(tmp_path / "tiny" / "traces.jsonl"))
     assert len(traces) == 2 and all(t.error is None for t in traces)
+    assert main(["report", str(tmp_path / "tiny")]) == 0
+    index = (tmp_path / "tiny" / "report" / "index.html").read_text()
+    assert "SayCan" in index and "Generative" in index
+
+
+def test_cli_report_needs_a_run_folder(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no traces.jsonl" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -207,3 +207,13 @@ def test_generative_empty_generation_means_done() -> None:
     decision = planner.next_step(OBS, None)
     assert decision.done and decision.skill == "done" and decision.info["empty_generation"]
     assert planner.prompt.endswith("Robot: 1. done.")
+
+
+def test_saycan_scores_only_admissible_skills():
+    lm = FakeLM({"pick up the sponge": -0.1})
+    planner = SayCanPlanner(lm, None, use_affordance=False)
+    obs = Observation(skills=["pick up the sponge", "pick up the apple", "done"], admissible=[False, True, True])
+    planner.reset(Task("t", "tidy up", "f", goal=None), obs)
+    decision = planner.next_step(obs)
+    assert [c.skill for c in decision.candidates] == ["pick up the apple", "done"]
+    assert decision.skill != "pick up the sponge"

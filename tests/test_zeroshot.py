@@ -195,3 +195,16 @@ def test_on_virtualhome_a_bad_step_is_a_failed_step_not_a_crash():
     steps = [s for s in trace.steps if not s.done]
     assert [s.success for s in steps][:2] == [True, False] and "no action template" in steps[1].feedback
     assert trace.metrics["executability"] == 0.0 and trace.metrics["length"] == 3.0
+
+
+def test_translation_never_picks_an_action_the_scene_does_not_admit():
+    """VirtualHome's shared action list covers every object of the dataset; a scene admits only the
+    steps whose objects it contains (Observation.admissible)."""
+    skills = ["drink water glass", "drink coffee", "walk to kitchen", "done"]
+    lm = FakeLM(generations=[" drink water glass"] * 10)
+    planner = make_zeroshot(lm, demonstrations=[("Drink", ["walk to kitchen", "drink coffee"])], num_samples=1)
+    obs = Observation(skills=skills, admissible=np.array([False, True, True, True]))
+    planner.reset(Task("t", "Drink", "f", goal=None), obs)
+    decision = planner.next_step(obs)
+    assert decision.skill in {"drink coffee", "walk to kitchen"}
+    assert all(c.skill != "drink water glass" for c in decision.candidates)

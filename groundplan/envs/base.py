@@ -34,13 +34,19 @@ class Observation:
 
     ``skills`` are the admissible skill labels now; ``state`` is env-specific structured state for
     affordance/perception functions (the LLM never sees it unless a planner puts text in its prompt);
-    ``text`` is an optional scene description; ``images`` maps camera name → array.
+    ``text`` is an optional scene description; ``images`` maps camera name → array;
+    ``admissible`` optionally masks ``skills`` to the ones this state admits.
     """
 
     skills: list[str]
     state: Any = None
     text: str = ""
     images: dict[str, Any] = field(default_factory=dict)
+    #: optional boolean array aligned with ``skills``: which are admissible here (None = all). Envs
+    #: with one large shared skill list (VirtualHome's 40k steps over every object of the dataset)
+    #: mark the steps whose objects exist in this episode's scene, so the list (and its cached
+    #: embeddings) stays shared while planners only pick what the scene admits.
+    admissible: Any = None
 
 
 @dataclass

@@ -124,11 +124,19 @@ class ActionIndex:
         self._matrix_t = torch.from_numpy(self.matrix)
         self._position = {label: i for i, label in enumerate(self.labels)}
 
+    def label_mask(self, admissible: Any) -> np.ndarray | None:
+        """An ``Observation.admissible`` mask (aligned with the skill list) restricted to ``labels``."""
+        if admissible is None:
+            return None
+        return np.asarray(admissible, dtype=bool)[self.positions]
+
     def translate(
-        self, sample_vectors: np.ndarray, logprobs: np.ndarray, beta: float, previous: str | None, penalty: float
+        self, sample_vectors: np.ndarray, logprobs: np.ndarray, beta: float, previous: str | None, penalty: float,
+        admissible: Any = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Best score of every action over the samples, the cosine and the sample achieving it:
-        ``max_s cos(f(s), f(a)) + β·P(s)`` minus ``penalty`` for the previous action."""
+        ``max_s cos(f(s), f(a)) + β·P(s)`` minus ``penalty`` for the previous action; actions that
+        ``admissible`` (an ``Observation.admissible`` mask) rules out score -inf."""
         samples = torch.from_numpy(np.ascontiguousarray(sample_vectors, dtype=np.float32))
         cos = self._matrix_t @ samples.T  # (actions, samples)
         scores = cos + beta * torch.from_numpy(np.asarray(logprobs, dtype=np.float32))[None, :]
@@ -139,4 +147,7 @@ class ActionIndex:
             i = self._position.get(previous)
             if i is not None:
                 best[i] -= penalty
+        mask = self.label_mask(admissible)
+        if mask is not None:
+            best[~mask] = -np.inf
         return best, cos.gather(1, best_sample_t[:, None])[:, 0].numpy(), best_sample

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -90,8 +91,12 @@ def _failed_trace(cfg: EvalConfig, spec: EpisodeSpec, error: str) -> EpisodeTrac
     )
 
 
-def _connect(address: str | None, init_kwargs: dict[str, Any] | None) -> bool:
-    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it."""
+def _connect(address: str | None, init_kwargs: dict[str, Any] | None, cpus_needed: float = 0.0) -> bool:
+    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it.
+
+    A local Ray gets at least ``cpus_needed`` logical CPUs: the actors' ``num_cpus`` are scheduling
+    reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU sim
+    workers) would otherwise leave workers unschedulable and the sweep waiting forever."""
     import ray
 
     if ray.is_initialized():
@@ -103,8 +108,24 @@ def _connect(address: str | None, init_kwargs: dict[str, Any] | None) -> bool:
         root = str(Path(__file__).resolve().parents[2])
         env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)}
         kwargs.setdefault("runtime_env", {"env_vars": env_vars})
+        kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(cpus_needed)))
     ray.init(address=address, **kwargs)
     return True
+
+
+def _wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list[Any]:
+    """``ray.get`` the actors' first calls, failing clearly (not hanging) when the cluster cannot
+    place them, e.g. it lacks the GPUs or custom resources they ask for."""
+    import ray
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise InvalidInputError(
+            f"the {what} did not start within {timeout_s:.0f} s: the cluster cannot place them "
+            f"(available: {ray.available_resources()}; total: {ray.cluster_resources()}). Ask for fewer "
+            "workers or scorers, or fewer CPUs/GPUs/resources per actor."
+        ) from None
 
 
 def run_eval_ray(
@@ -126,6 +147,7 @@ def run_eval_ray(
     remote_affordance: bool = False,
     max_episode_retries: int = 3,
     call_timeout_s: float | None = 600.0,
+    start_timeout_s: float = 600.0,
     progress: bool = True,
     resume: bool = True,
     tracking: bool = True,
@@ -140,6 +162,8 @@ def run_eval_ray(
     unless ``shutdown=False``). ``num_workers`` SimWorkers, ``num_scorers`` LLMScorer replicas
     (``scorer_num_gpus`` each), ``max_in_flight`` concurrent episodes (default ``num_workers``).
     ``lm_factory`` builds the model inside the scorer instead of ``cfg.llm`` (tests use fakes).
+    Actors that cannot be placed within ``start_timeout_s`` fail the sweep with the cluster's resources
+    in the message (a local Ray is started with enough logical CPUs for the requested actors).
     ``on_episode(trace, ctx)`` is called after each episode is persisted (``ctx`` has the actor handles;
     the fault-tolerance tests kill actors from it). MLflow logging when ``tracking``.
     """
@@ -161,7 +185,9 @@ def run_eval_ray(
     if todo:
         import ray
 
-        started = _connect(address, init_kwargs)
+        n_workers = min(num_workers, in_flight)
+        started = _connect(address, init_kwargs,
+                           cpus_needed=num_scorers * scorer_num_cpus + n_workers * worker_num_cpus + 0.5 * remote_affordance)
         actors: list[Any] = []
         try:
             from groundplan.actors.affordance_server import make_affordance_server
@@ -180,7 +206,7 @@ def run_eval_ray(
             def new_worker(i: int) -> Any:
                 return make_sim_worker(cfg.env.name, cfg.env.options, i, num_cpus=worker_num_cpus, resources=worker_resources)
 
-            workers = [new_worker(i) for i in range(min(num_workers, in_flight))]
+            workers = [new_worker(i) for i in range(n_workers)]
             actors += workers
             aff = None
             if remote_affordance:
@@ -188,8 +214,8 @@ def run_eval_ray(
                            for p in cfg.planners if p.affordance}
                 aff = make_affordance_server(sources=sources)
                 actors.append(aff)
-            infos = ray.get([w.info.remote() for w in workers])
-            lm_name = ray.get(scorers[0].get_name.remote())
+            infos = _wait_for_actors([w.info.remote() for w in workers], "sim workers", start_timeout_s)
+            lm_name = _wait_for_actors([scorers[0].get_name.remote()], "LLM scorer", start_timeout_s)[0]
             t0 = time.perf_counter()
             asyncio.run(_coordinate(cfg, todo, traces_path, scorers, list(zip(workers, infos)), new_worker, aff,
                                     lm_name, in_flight, max_episode_retries, call_timeout_s, progress, stats,

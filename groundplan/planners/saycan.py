@@ -216,12 +216,15 @@ class DialogPlanner(Planner):
         """Hook for planners with episode-scoped grounding sources."""
 
     def _admissible(self, observation: Observation) -> list[str]:
-        """The skills to choose from, after checking the episode is in progress."""
+        """The skills to choose from (those ``observation.admissible`` allows), after checking the
+        episode is in progress."""
         if not self._started:
             raise RuntimeError(f"{type(self).__name__}.next_step was called before reset(task, observation)")
         if self._finished:
             raise RuntimeError(f"{type(self).__name__} already chose '{self.config.done_skill}'; call reset first")
         skills = list(observation.skills)
+        if observation.admissible is not None:
+            skills = [s for s, ok in zip(skills, observation.admissible) if ok]
         if not skills:
             raise InvalidInputError("the observation lists no skills, so there is nothing to choose from")
         return skills
@@ -276,25 +279,30 @@ class SayCanPlanner(DialogPlanner):
         if self.affordance is not None:
             self.affordance.reset(task, seed)
 
-    def _prefilter(self, skills: list[str], offered: Sequence[str]) -> list[str]:
-        """The done skill and the ``max_options - 1`` skills most similar to the instruction, in the
-        observation's order (embeddings of the action set cached on disk, as Zero-Shot Planners')."""
+    def _prefilter(self, observation: Observation) -> list[str]:
+        """The done skill and the ``max_options - 1`` admissible skills most similar to the
+        instruction, in the observation's order (embeddings of the action set cached on disk, as
+        Zero-Shot Planners')."""
+        offered = observation.skills
         index = getattr(self, "_option_index", None)
         if index is None or index.skills is not offered:
             index = self._option_index = ActionIndex(self.lm, offered, self.config.done_skill)
         if self._query_vector is None:
             self._query_vector = unit_rows(np.asarray(self.lm.embed([self._query]), dtype=np.float32))[0]
         cos = index.matrix @ self._query_vector.astype(index.matrix.dtype)
-        keep = self.config.max_options - (1 if self.config.done_skill in skills else 0)
-        top = np.argpartition(-cos, min(keep, len(cos)) - 1)[:keep] if keep > 0 else np.array([], dtype=int)
+        mask = index.label_mask(observation.admissible)
+        if mask is not None:
+            cos = np.where(mask, cos, -np.inf)
+        keep = min(self.config.max_options - 1, int(np.isfinite(cos).sum()))
+        top = np.argpartition(-cos, keep - 1)[:keep] if keep > 0 else np.array([], dtype=int)
         chosen = {index.positions[i] for i in top}
-        return [s for i, s in enumerate(skills) if i in chosen or s == self.config.done_skill]
+        return [s for i, s in enumerate(offered) if i in chosen or s == self.config.done_skill]
 
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
         """Algorithm 1, lines 3–10, then amend the prompt with the chosen label."""
         skills = self._admissible(observation)
         if self.config.max_options is not None and len(skills) > self.config.max_options:
-            skills = self._prefilter(skills, observation.skills)
+            skills = self._prefilter(observation)
         options = [" " + s for s in skills]
         scores = self.lm.score(self._prompt, options)
         if len(scores) != len(options) or any(s.option != o for s, o in zip(scores, options)):

@@ -298,7 +298,7 @@ class ZeroShotPlanner(_ZeroShotBase):
         vecs = unit_rows(np.asarray(self.lm.embed(texts), dtype=np.float32))
         t1 = time.perf_counter()
         previous = self._history[-1] if self._history else None
-        best, cos, which = index.translate(vecs, lps, cfg.beta, previous, cfg.repeat_penalty)
+        best, cos, which = index.translate(vecs, lps, cfg.beta, previous, cfg.repeat_penalty, observation.admissible)
         top = int(np.argmax(best))
         info.update({"translation_ms": 1000 * (time.perf_counter() - t1), "embed_ms": 1000 * (t1 - t0),
                      "score": float(best[top]), "cosine": float(cos[top]), "from_sample": texts[int(which[top])]})
@@ -312,10 +312,11 @@ class ZeroShotPlanner(_ZeroShotBase):
 
     def _top(self, index: ActionIndex, best: np.ndarray, cos: np.ndarray, which: np.ndarray,
              texts: list[str], lps: np.ndarray) -> list[CandidateScore]:
-        n = min(self.config.top_candidates, len(best))
+        finite = np.flatnonzero(np.isfinite(best))  # inadmissible actions score -inf
+        n = min(self.config.top_candidates, len(finite))
         if n <= 0:
             return []
-        order = np.argpartition(-best, n - 1)[:n]
+        order = finite[np.argpartition(-best[finite], n - 1)[:n]]
         order = order[np.argsort(-best[order], kind="stable")]
         return [
             CandidateScore(skill=index.labels[i], llm=float(lps[which[i]]), affordance=None, combined=float(best[i]),

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
@@ -188,6 +189,8 @@ class VirtualHomeEnv(Env):
         self._tasks = [self._task(p) for p in test]
         self._planners: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._skills: list[str] | None = None
+        self._masks: dict[str, np.ndarray] = {}
+        self._admissible: np.ndarray | None = None
         self.task: Task | None = None
         self._state: Any = None
         self._char_id = 0
@@ -249,10 +252,25 @@ class VirtualHomeEnv(Env):
         self._state = planner.env_state
         self._char_id = sim.character_id(self._state)
         self._executed = []
+        self._admissible = self._scene_mask(program_id)
         return self._observe()
 
     def _observe(self) -> Observation:
-        return Observation(skills=self.skills, state=VirtualHomeSnapshot(self._state, self._char_id))
+        return Observation(skills=self.skills, state=VirtualHomeSnapshot(self._state, self._char_id),
+                           admissible=self._admissible)
+
+    def _scene_mask(self, program_id: str) -> np.ndarray:
+        """Which skills name only object classes present in this program's scene graph (the paper's
+        admissible actions: templates x the objects *in the environment*); the done label is always
+        admissible. Cached per program: objects are neither created nor destroyed by steps."""
+        mask = self._masks.get(program_id)
+        if mask is None:
+            present = {n.class_name for n in self._state.get_nodes()}
+            steps = scene_action_space().steps
+            mask = np.fromiter((all(a in present for a in s.args) for s in steps), dtype=bool, count=len(steps))
+            mask = np.append(mask, True)  # the done label
+            self._masks[program_id] = mask
+        return mask
 
     def execute(self, skill: str) -> StepResult:
         """Run one step given as a label or a script line; never raises for a bad step.
