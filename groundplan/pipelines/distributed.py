@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import math
 import os
@@ -34,14 +33,13 @@ from groundplan.config import EvalConfig, PlannerSpec
 from groundplan.errors import InvalidInputError
 from groundplan.llm.base import LanguageModel
 from groundplan.pipelines.evaluate import (
-    EpisodeSpec, EvalResult, expand, finished_ids, make_env, make_planner, validate_names,
+    EpisodeSpec, EvalResult, collect_results, expand, make_env, make_planner, prepare_run, validate_names,
 )
 from groundplan.report import frame_saver
-from groundplan.pipelines.summary import summarize
 from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
 from groundplan.runner import run_episode
-from groundplan.traces import EpisodeTrace, read_traces, write_traces
+from groundplan.traces import EpisodeTrace, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +168,7 @@ def run_eval_ray(
     if num_workers < 1 or num_scorers < 1:
         raise InvalidInputError("num_workers and num_scorers must be at least 1")
     specs = check_config(cfg)  # fails before any actor starts
-    run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    traces_path = run_dir / "traces.jsonl"
-    (run_dir / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
-    done = finished_ids(traces_path) if resume else set()
-    if not resume and traces_path.exists():
-        traces_path.unlink()
-    todo = [s for s in specs if s.episode_id not in done]
+    traces_path, todo = prepare_run(cfg, specs, resume)
     in_flight = max(1, min(max_in_flight or num_workers, len(todo) or 1))
     stats: dict[str, Any] = {"episodes_run": len(todo), "num_workers": num_workers, "max_in_flight": in_flight,
                              "num_scorers": num_scorers, "episode_reruns": 0, "failed_after_retries": 0}
@@ -233,12 +224,8 @@ def run_eval_ray(
                     pass
             if shutdown or (shutdown is None and started):
                 ray.shutdown()
-    wanted = {s.episode_id for s in specs}
-    traces = [t for t in read_traces(traces_path) if t.episode_id in wanted]
-    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
-    (run_dir / "summary.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2))
     stats.update(wall_s=wall, episodes_per_min=60 * len(todo) / wall if todo and wall else 0.0)
-    result = EvalResult(cfg, traces, rows, run_dir, skipped=len(specs) - len(todo), stats=stats)
+    result = collect_results(cfg, specs, traces_path, len(todo), stats)
     if tracking:
         from groundplan.pipelines.tracking import log_sweep
 

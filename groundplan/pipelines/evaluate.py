@@ -106,11 +106,9 @@ def finished_ids(traces_path: Path) -> set[str]:
     return {t.episode_id for t in read_traces(traces_path)}
 
 
-def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = True, resume: bool = True) -> EvalResult:
-    """Run a sweep in this process and return its traces and summary."""
-    validate_names(cfg)
-    env = make_env(cfg)
-    specs = expand(cfg, env)
+def prepare_run(cfg: EvalConfig, specs: list[EpisodeSpec], resume: bool) -> tuple[Path, list[EpisodeSpec]]:
+    """Create the run folder, record the config, and return the traces path and the episodes still to
+    run (all of them without ``resume``, which also discards earlier traces)."""
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     traces_path = run_dir / "traces.jsonl"
@@ -118,11 +116,30 @@ def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = 
     done = finished_ids(traces_path) if resume else set()
     if not resume and traces_path.exists():
         traces_path.unlink()
-    todo = [s for s in specs if s.episode_id not in done]
+    return traces_path, [s for s in specs if s.episode_id not in done]
+
+
+def collect_results(cfg: EvalConfig, specs: list[EpisodeSpec], traces_path: Path, ran: int,
+                    stats: dict[str, Any]) -> EvalResult:
+    """Read back this sweep's traces in the sweep's own order (episodes may finish in any order),
+    summarise them and write ``summary.json``."""
+    by_id = {t.episode_id: t for t in read_traces(traces_path)}
+    traces = [by_id[s.episode_id] for s in specs if s.episode_id in by_id]
+    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
+    (traces_path.parent / "summary.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2))
+    return EvalResult(cfg, traces, rows, traces_path.parent, skipped=len(specs) - ran, stats=stats)
+
+
+def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = True, resume: bool = True) -> EvalResult:
+    """Run a sweep in this process and return its traces and summary."""
+    validate_names(cfg)
+    env = make_env(cfg)
+    specs = expand(cfg, env)
+    traces_path, todo = prepare_run(cfg, specs, resume)
     lm = lm or load_llm(cfg.llm.backend, model=cfg.llm.model, **cfg.llm.options)
     planners = {p.display: make_planner(p, lm, cfg.max_steps) for p in cfg.planners}
     cfg_hash = cfg.hash()
-    save_frames = frame_saver(run_dir)
+    save_frames = frame_saver(traces_path.parent)
     t0 = time.perf_counter()
     bar = tqdm(todo, desc=cfg.name, unit="ep", disable=not progress)
     for spec in bar:
@@ -134,9 +151,5 @@ def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = 
         write_traces(traces_path, [trace])
         bar.set_postfix_str(f"{spec.planner.display}: {'ok' if trace.execution_success else 'fail'}")
     wall = time.perf_counter() - t0
-    wanted = {s.episode_id for s in specs}
-    traces = [t for t in read_traces(traces_path) if t.episode_id in wanted]
-    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
-    (run_dir / "summary.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2))
     stats = {"episodes_run": len(todo), "wall_s": wall, "episodes_per_min": 60 * len(todo) / wall if todo and wall else 0.0}
-    return EvalResult(cfg, traces, rows, run_dir, skipped=len(specs) - len(todo), stats=stats)
+    return collect_results(cfg, specs, traces_path, len(todo), stats)
