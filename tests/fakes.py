@@ -5,6 +5,7 @@ No torch, no transformers: these run in milliseconds and make planner behaviour 
 from __future__ import annotations
 
 import re
+import time
 import zlib
 from typing import Any, Callable, Collection, Mapping, Sequence
 
@@ -236,3 +237,22 @@ class FixedAffordance(Affordance):
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
         self.calls += 1
         return np.array([self.table.get(s, self.default) for s in skills])
+
+
+#: the plan the fault-tolerance tests' slow fake model follows
+SLOW_LM_PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
+
+
+class SlowLM(FakeLM):
+    """FakeLM.following(SLOW_LM_PLAN) that takes 20 ms per batch, so episodes are in flight when actors die."""
+
+    def __init__(self) -> None:
+        super().__init__(FakeLM.following(SLOW_LM_PLAN)._scores)
+
+    def score_batch(self, requests):
+        time.sleep(0.02)
+        return super().score_batch(requests)
+
+
+def slow_lm() -> SlowLM:
+    return SlowLM()

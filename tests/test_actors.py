@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 
 import numpy as np
 import pytest
@@ -20,7 +19,6 @@ from groundplan.runner import run_episode
 from tests.fakes import FakeLM
 
 ray = pytest.importorskip("ray")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
 
 
@@ -35,13 +33,6 @@ LM_FACTORY = functools.partial(FakeLM.following, PLAN)
 def _requests(n: int) -> list[tuple[str, list[str]]]:
     return [(f"Human: task {i}\nRobot: 1." + " x," * (i % 4), [" find a coke can", " done", f" option {i}"]) for i in range(n)]
 
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
-    yield
-    ray.shutdown()
 
 
 def test_scorer_batches_without_ray():

@@ -17,7 +17,6 @@ from groundplan.traces import read_traces
 from tests.fakes import FakeLM
 
 ray = pytest.importorskip("ray")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
 LM_FACTORY = functools.partial(FakeLM.following, PLAN)
 
@@ -45,13 +44,6 @@ def _comparable(trace) -> dict:
         s["timings"] = {}
     return d
 
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
-    yield
-    ray.shutdown()
 
 
 def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):

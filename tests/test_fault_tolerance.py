@@ -2,9 +2,6 @@
 the sweep still records every episode exactly once, with no error caused by the kills."""
 from __future__ import annotations
 
-import os
-import sys
-import time
 from collections import Counter
 
 import pytest
@@ -13,35 +10,10 @@ from groundplan.config import EvalConfig
 from groundplan.pipelines.distributed import run_eval_ray
 from groundplan.pipelines.evaluate import expand, make_env
 from groundplan.traces import read_traces
-from tests.fakes import FakeLM
+from tests.fakes import slow_lm
 
 ray = pytest.importorskip("ray")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
 
-
-class SlowLM(FakeLM):
-    """FakeLM.following(PLAN) that takes 20 ms per batch, so episodes are in flight when actors die."""
-
-    def __init__(self) -> None:
-        super().__init__(FakeLM.following(PLAN)._scores)
-
-    def score_batch(self, requests):
-        time.sleep(0.02)
-        return super().score_batch(requests)
-
-
-def slow_lm() -> SlowLM:
-    return SlowLM()
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module is not importable in workers
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
-    yield
-    ray.shutdown()
 
 
 def _cfg(tmp_path) -> EvalConfig:

@@ -9,7 +9,7 @@ pytest.importorskip("virtualhome_eval")
 
 from groundplan.envs import ENVS  # noqa: E402
 from groundplan.envs.virtualhome import dataset  # noqa: E402
-from groundplan.envs.virtualhome.actions import ActionSpace, ParseError, Step  # noqa: E402
+from groundplan.envs.virtualhome.actions import ParseError, Step  # noqa: E402
 from groundplan.envs.virtualhome.affordance import PreconditionAffordance  # noqa: E402
 from groundplan.envs.virtualhome.env import VirtualHomeEnv, normalised_lcs, scene_action_space  # noqa: E402
 from groundplan.errors import InvalidInputError  # noqa: E402
