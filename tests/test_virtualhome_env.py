@@ -179,10 +179,10 @@ def test_episode_metrics(env):
     trace = _trace(task, [(s, True) for s in ref])
     trace.execution_success = True
     m = env.episode_metrics(task, trace)
-    assert m == {"executability": 1.0, "goal_success": 1.0, "lcs": 1.0, "length": float(len(ref))}
+    assert m == {"executability": 1.0, "step_success": 1.0, "goal_success": 1.0, "lcs": 1.0, "length": float(len(ref))}
     half = _trace(task, [(ref[0], True), ("fly away", False)])
     m = env.episode_metrics(task, half)
-    assert m["executability"] == 0.0 and m["length"] == 2.0 and 0 < m["lcs"] < 1
+    assert m["executability"] == 0.0 and m["step_success"] == 0.5 and m["length"] == 2.0 and 0 < m["lcs"] < 1
     assert env.episode_metrics(task, _trace(task, []))["executability"] == 0.0
     assert normalised_lcs(["a", "b", "c"], [["a", "c"], ["x"]]) == pytest.approx(2 / 3)
-    assert env.summary_metrics == ["executability", "goal_success", "lcs", "length"]
+    assert env.summary_metrics == ["executability", "step_success", "goal_success", "lcs", "length"]

@@ -38,7 +38,7 @@ from groundplan.validation import validate_options
 logger = logging.getLogger(__name__)
 
 #: metrics the summary table should show for this env, in order
-SUMMARY_METRICS = ("executability", "goal_success", "lcs", "length")
+SUMMARY_METRICS = ("executability", "step_success", "goal_success", "lcs", "length")
 
 
 class VirtualHomeConfig(BaseModel):
@@ -317,12 +317,16 @@ class VirtualHomeEnv(Env):
     def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
         """Executability (a non-empty plan whose every executed step succeeded), goal success, LCS
         against the reference programs of the task's name (normalised by the longer program, max
-        over references) and plan length (Zero-Shot Planners, Sec. 2.2 and 5.5)."""
+        over references) and plan length (Zero-Shot Planners, Sec. 2.2 and 5.5). ``step_success`` (the
+        fraction of a plan's steps the simulator executed) is not in the paper: it separates a plan
+        with one failed precondition from one that never parses, which the all-or-nothing
+        executability cannot at the success rates a small model reaches."""
         steps = [s for s in trace.steps if not s.done]
         plan = [self.to_script(s.chosen) for s in steps]
         references = self._references.get(task.instruction) or (tuple(task.metadata.get("script", ())),)
         return {
             "executability": float(bool(steps) and all(s.success for s in steps)),
+            "step_success": sum(bool(s.success) for s in steps) / len(steps) if steps else 0.0,
             "goal_success": float(bool(trace.execution_success)),
             "lcs": normalised_lcs(plan, references),
             "length": float(len(steps)),
