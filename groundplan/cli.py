@@ -88,7 +88,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if metrics:  # env-specific metrics, e.g. Zero-Shot Planners' executability / LCS (Table 2)
         console.print(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"))
     else:
-        console.print(render_table(result.summary, title=f"{cfg.name}: plan success / execution success"))
+        console.print(render_table(result.summary, title=cfg.name))
     errors = sum(r.errors for r in result.summary if r.family == "all")
     if errors:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")

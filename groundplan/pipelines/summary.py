@@ -68,7 +68,7 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
     has_plan = any(r.plan_success is not None for r in rows)  # envs that cannot replay plans: exec only
     families = list(dict.fromkeys(r.family for r in rows if r.family != ALL)) + [ALL]
     cell = {(r.planner, r.family): r for r in rows}
-    table = Table(title=title)
+    table = Table(title=f"{title}: " + ("plan success / execution success" if has_plan else "success"))
     table.add_column("family")
     table.add_column("n", justify="right")
     for p in planners:
