@@ -63,6 +63,8 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         metrics[_key(*base, "mean_steps")] = float(r.mean_steps)
         metrics[_key(*base, "errors")] = float(r.errors)
         metrics[_key(*base, "episodes")] = float(r.episodes)
+        for name, value in r.metrics.items():  # env metrics, e.g. VirtualHome's executability and LCS
+            metrics[_key(*base, name)] = float(value)
     for k, v in flatten(result.stats).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             metrics[_key("sweep", *k.split("."))] = float(v)
