@@ -256,3 +256,22 @@ class SlowLM(FakeLM):
 
 def slow_lm() -> SlowLM:
     return SlowLM()
+
+
+def small_kitchen_config(output_dir: Any, name: str = "t", **overrides: Any) -> Any:
+    """A small SayCan / No-VF kitchen sweep (2 families x 2 tasks x 2 seeds x 2 planners = 16 episodes)."""
+    from groundplan.config import EvalConfig
+
+    base = {
+        "name": name,
+        "planners": [
+            {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
+            {"name": "saycan_novf", "label": "No-VF"},
+        ],
+        "tasks": {"families": ["nl_single_primitive", "nl_nouns"], "per_family": 2},
+        "seeds": [0, 1],
+        "max_steps": 6,
+        "output_dir": str(output_dir),
+    }
+    base.update(overrides)
+    return EvalConfig.model_validate(base)

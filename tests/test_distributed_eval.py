@@ -14,7 +14,7 @@ from groundplan.pipelines import distributed
 from groundplan.pipelines.distributed import run_eval_ray
 from groundplan.pipelines.evaluate import run_eval
 from groundplan.traces import read_traces
-from tests.fakes import FakeLM
+from tests.fakes import FakeLM, small_kitchen_config
 
 ray = pytest.importorskip("ray")
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
@@ -22,19 +22,7 @@ LM_FACTORY = functools.partial(FakeLM.following, PLAN)
 
 
 def _cfg(tmp_path, **kw) -> EvalConfig:
-    base = {
-        "name": "dist",
-        "planners": [
-            {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
-            {"name": "saycan_novf", "label": "No-VF"},
-        ],
-        "tasks": {"families": ["nl_single_primitive", "nl_nouns"], "per_family": 2},
-        "seeds": [0, 1],
-        "max_steps": 6,
-        "output_dir": str(tmp_path),
-    }
-    base.update(kw)
-    return EvalConfig.model_validate(base)
+    return small_kitchen_config(tmp_path, name="dist", **kw)
 
 
 def _comparable(trace) -> dict:

@@ -10,23 +10,11 @@ from groundplan.errors import InvalidInputError
 from groundplan.pipelines.evaluate import expand, make_env, run_eval
 from groundplan.pipelines.summary import summarize
 from groundplan.traces import read_traces
-from tests.fakes import FakeLM
+from tests.fakes import FakeLM, small_kitchen_config
 
 
 def _cfg(tmp_path, **kw) -> EvalConfig:
-    base = {
-        "name": "t",
-        "planners": [
-            {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
-            {"name": "saycan_novf", "label": "No-VF"},
-        ],
-        "tasks": {"families": ["nl_single_primitive", "nl_nouns"], "per_family": 2},
-        "seeds": [0, 1],
-        "max_steps": 6,
-        "output_dir": str(tmp_path),
-    }
-    base.update(kw)
-    return EvalConfig.model_validate(base)
+    return small_kitchen_config(tmp_path, name="t", **kw)
 
 
 def test_sweep_writes_each_episode_once_and_resumes(tmp_path):
