@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -39,7 +39,6 @@ class EngineStats:
     options_scored: int = 0
     forward_tokens: int = 0  # tokens run through the transformer (prompt remainder + options)
     logit_positions: int = 0  # positions at which vocabulary logits were computed
-    extra: dict = field(default_factory=dict)
 
 
 class _BufferLayer(DynamicLayer):
@@ -233,7 +232,11 @@ class HFLanguageModel:
         q = len(seg_ids)
         idx = np.arange(q)
         own = (seg_ids[:, None] == seg_ids[None, :]) & (idx[None, :] <= idx[:, None])
-        allowed = np.concatenate([np.ones((q, past_len), dtype=bool), own], axis=1)
+        return self._mask_tensor(np.concatenate([np.ones((q, past_len), dtype=bool), own], axis=1))
+
+    def _mask_tensor(self, allowed: np.ndarray) -> torch.Tensor:
+        """A [Q, K] allowed-attention matrix as the model's [1, 1, Q, K] mask: boolean for SDPA,
+        additive (0 / dtype min) for eager attention."""
         mask = torch.from_numpy(allowed).to(self.device)
         if not self._bool_mask:
             dtype = self.model.dtype
@@ -369,14 +372,10 @@ class HFLanguageModel:
                 ids = torch.as_tensor(chosen, device=self.device).unsqueeze(0)
                 positions = torch.full((1, n), past_len + t, device=self.device)
                 # cached generated columns are step-major (step t', sample j'); sample j sees j' == j
-                seg = np.concatenate([np.tile(np.arange(n), t + 1)])
+                seg = np.tile(np.arange(n), t + 1)
                 q_seg = np.arange(n)
                 allowed = np.concatenate([np.ones((n, past_len), dtype=bool), q_seg[:, None] == seg[None, :]], axis=1)
-                mask = torch.from_numpy(allowed).to(self.device)
-                if not self._bool_mask:
-                    dtype = self.model.dtype
-                    mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~mask, torch.finfo(dtype).min)
-                out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask[None, None],
+                out = self.model(input_ids=ids, position_ids=positions, attention_mask=self._mask_tensor(allowed),
                                  past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
                 next_lp = torch.log_softmax(out.logits[0].float(), dim=-1)

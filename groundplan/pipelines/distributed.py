@@ -36,7 +36,6 @@ from groundplan.pipelines.evaluate import (
     EpisodeSpec, EvalResult, collect_results, expand, make_env, make_planner, prepare_run, validate_names,
 )
 from groundplan.report import frame_saver
-from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
 from groundplan.runner import run_episode
 from groundplan.traces import EpisodeTrace, write_traces
@@ -75,10 +74,7 @@ def _build_planner(spec: PlannerSpec, lm: LanguageModel, max_steps: int, afforda
         return make_planner(spec, lm, max_steps)
     from groundplan.actors.affordance_server import RemoteAffordance
 
-    options = {"max_steps": max_steps, **spec.options}
-    planner = PLANNERS.get(spec.name)(lm=lm, affordance=RemoteAffordance(affordance_server, spec.display, episode), **options)
-    planner.name = spec.display
-    return planner
+    return make_planner(spec, lm, max_steps, affordance=RemoteAffordance(affordance_server, spec.display, episode))
 
 
 def _failed_trace(cfg: EvalConfig, spec: EpisodeSpec, error: str) -> EpisodeTrace:

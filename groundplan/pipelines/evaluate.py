@@ -94,8 +94,11 @@ def expand(cfg: EvalConfig, env: Env) -> list[EpisodeSpec]:
     return [EpisodeSpec(p, t, s) for p in cfg.planners for t in tasks for s in cfg.seeds]
 
 
-def make_planner(spec: PlannerSpec, lm: LanguageModel, max_steps: int) -> Planner:
-    affordance = AFFORDANCES.get(spec.affordance)(**spec.affordance_options) if spec.affordance else None
+def make_planner(spec: PlannerSpec, lm: LanguageModel, max_steps: int, affordance: Any = None) -> Planner:
+    """The planner of ``spec``; its affordance source is built from the registry unless one is given
+    (the Ray pipeline passes a client of its affordance-server actor)."""
+    if affordance is None and spec.affordance:
+        affordance = AFFORDANCES.get(spec.affordance)(**spec.affordance_options)
     options = {"max_steps": max_steps, **spec.options}
     planner = PLANNERS.get(spec.name)(lm=lm, affordance=affordance, **options)
     planner.name = spec.display

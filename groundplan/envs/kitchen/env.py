@@ -232,14 +232,15 @@ class KitchenEnv(Env):
         return tasks_for(families)
 
     def make_affordance(self) -> Any:
-        """The affordance source matching this config: C.1 value affordances in physical mode, the C.2
+        """The :attr:`default_affordance` source built with this env's options: C.1 value affordances
+        (with this config's ``completed_cap`` and ``place_affordance``) in physical mode, the C.2
         language-based simulator in language mode."""
-        from groundplan.envs.kitchen.affordance import KitchenValueAffordance, LanguageSimAffordance
+        from groundplan.skills import AFFORDANCES
 
-        if self.config.mode == "language":
-            return LanguageSimAffordance()
-        return KitchenValueAffordance(completed_cap=self.config.completed_cap,
-                                      place_affordance=self.config.place_affordance)
+        options: dict[str, Any] = {}
+        if self.config.mode != "language":
+            options = {"completed_cap": self.config.completed_cap, "place_affordance": self.config.place_affordance}
+        return AFFORDANCES.get(self.default_affordance)(**options)
 
     # --------------------------------------------------------------- episode
     def initial_state(self, task: Task, seed: int) -> KitchenState:
