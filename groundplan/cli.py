@@ -89,6 +89,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"))
     else:
         console.print(render_table(result.summary, title=cfg.name))
+    if result.best:  # planner grids: every method at its best variant (Zero-Shot Planners, A.1)
+        from groundplan.pipelines.summary import method_rows
+
+        rows = method_rows(result.summary, [(p.display, p.group) for p in cfg.planners], result.best)
+        shown = list(metrics) if metrics else list(dict.fromkeys([*cfg.select_by, "execution_success", "mean_steps"]))
+        title = f"{cfg.name}: each grid at its best variant by {' + '.join(cfg.select_by)}"
+        console.print(render_metric_table(rows, shown, title=title))
+        for group, row in result.best.items():
+            console.print(f"  {group}: {row.planner}", markup=False)
     errors = sum(r.errors for r in result.summary if r.family == "all")
     if errors:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")

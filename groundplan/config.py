@@ -6,12 +6,13 @@ in a YAML file fails before any model loads or actor starts.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from groundplan.errors import InvalidInputError
 from groundplan.validation import describe_errors
@@ -38,10 +39,39 @@ class PlannerSpec(_Strict):
     affordance: str | None = Field(None, description="registered affordance source, or none")
     affordance_options: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict, description="planner options, validated by the planner")
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="planner options to search, each with its values: the sweep runs one variant per "
+        "combination, labelled '<label> [key=value ...]', and reports the best by the config's `select_by` "
+        "(Zero-Shot Planners, Sec. 3.5 and A.1: every method gets its own hyperparameter search)",
+    )
+    group: str | None = Field(None, description="set on the variants a grid expands to: the label of that grid")
 
     @property
     def display(self) -> str:
         return self.label or self.name
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_values(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"grid '{key}' lists no values")
+        return v
+
+    def variants(self) -> list["PlannerSpec"]:
+        """This planner, or one planner per combination of its grid's values (grid keys override
+        ``options``)."""
+        if not self.grid:
+            return [self]
+        keys = list(self.grid)
+        out = []
+        for values in itertools.product(*(self.grid[k] for k in keys)):
+            chosen = dict(zip(keys, values))
+            label = f"{self.display} [" + " ".join(f"{k}={v}" for k, v in chosen.items()) + "]"
+            out.append(self.model_copy(update={"options": {**self.options, **chosen}, "label": label, "grid": {},
+                                               "group": self.display}))
+        return out
 
 
 class TaskSelection(_Strict):
@@ -61,16 +91,36 @@ class EvalConfig(_Strict):
     seeds: list[int] = Field(default_factory=lambda: [0], description="episode seeds per task")
     max_steps: int = Field(20, ge=1, description="step cap per episode")
     output_dir: str = Field("outputs", description="traces and summaries go to <output_dir>/<name>/")
+    select_by: list[str] = Field(
+        default_factory=lambda: ["executability", "lcs"],
+        description="episode metrics (or 'execution_success', 'plan_success') summed to pick the best variant "
+        "of each planner grid; the default is Zero-Shot Planners' ranking by executability + LCS (Sec. 3.5)",
+    )
 
     @field_validator("planners")
     @classmethod
-    def _unique_labels(cls, v: list[PlannerSpec]) -> list[PlannerSpec]:
+    def _some_planners(cls, v: list[PlannerSpec]) -> list[PlannerSpec]:
         if not v:
             raise ValueError("at least one planner is needed")
-        labels = [p.display for p in v]
+        return v
+
+    @model_validator(mode="after")
+    def _expand_grids(self) -> "EvalConfig":
+        """Planner grids become their variants here, so every later stage sees plain planners."""
+        self.planners = [v for p in self.planners for v in p.variants()]
+        labels = [p.display for p in self.planners]
         if len(set(labels)) != len(labels):
             raise ValueError(f"planner labels must be unique, got {labels}")
-        return v
+        return self
+
+    @property
+    def grids(self) -> dict[str, list[str]]:
+        """Grid label -> the labels of its variants, for the planners that were expanded from a grid."""
+        out: dict[str, list[str]] = {}
+        for p in self.planners:
+            if p.group is not None:
+                out.setdefault(p.group, []).append(p.display)
+        return out
 
     @field_validator("seeds")
     @classmethod

@@ -98,10 +98,12 @@ class FakeLM:
         max_new_tokens: int = 32,
         stop: Sequence[str] | None = None,
         seed: int | None = None,
+        repetition_penalty: float = 1.0,
     ) -> list[Generation]:
         self.generate_calls.append(
             {"prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
-             "max_new_tokens": max_new_tokens, "stop": None if stop is None else list(stop), "seed": seed}
+             "max_new_tokens": max_new_tokens, "stop": None if stop is None else list(stop), "seed": seed,
+             "repetition_penalty": repetition_penalty}
         )
         text = self._generations.pop(0) if self._generations else ""
         cuts = [text.index(s) for s in (stop or []) if s in text]

@@ -85,6 +85,8 @@ def test_remote_lm_round_robins_replicas(ray_local):
     assert [lm.score(p, o) for p, o in reqs] == [_lm().score(p, o) for p, o in reqs]
     assert lm.score_batch(reqs) == _lm().score_batch(reqs)
     assert np.allclose(lm.embed(["a coke can"]), _lm().embed(["a coke can"]))
+    kw = dict(n=2, temperature=0.5, top_p=0.9, max_new_tokens=8, stop=["\n"], seed=1, repetition_penalty=1.3)
+    assert lm.generate("Task: Drink\nStep 1:", **kw) == _lm().generate("Task: Drink\nStep 1:", **kw)
     counts = [ray.get(s.stats.remote())["requests"] for s in scorers]
     assert sum(counts) == 8 and min(counts) >= 2  # 4 single calls alternate, then one batch of 4
     for s in scorers:

@@ -65,3 +65,29 @@ def test_missing_and_malformed_files(tmp_path):
     p.write_text("name: [unclosed\n")
     with pytest.raises(InvalidInputError, match="not valid YAML"):
         load_config(p)
+
+
+def test_planner_grid_expands_to_labelled_variants():
+    cfg = EvalConfig.model_validate({"planners": [
+        {"name": "zeroshot", "label": "Translated", "options": {"num_samples": 5, "epsilon": 0.0},
+         "grid": {"temperature": [0.1, 0.6], "epsilon": [0, 0.4]}},
+        {"name": "zeroshot_vanilla", "label": "Vanilla"},
+    ]})
+    labels = [p.display for p in cfg.planners]
+    assert labels == ["Translated [temperature=0.1 epsilon=0]", "Translated [temperature=0.1 epsilon=0.4]",
+                      "Translated [temperature=0.6 epsilon=0]", "Translated [temperature=0.6 epsilon=0.4]", "Vanilla"]
+    last = cfg.planners[3]
+    assert last.options == {"num_samples": 5, "epsilon": 0.4, "temperature": 0.6} and last.group == "Translated"
+    assert cfg.grids == {"Translated": labels[:4]}
+    again = EvalConfig.model_validate(cfg.model_dump())  # e.g. a config shipped to Ray workers
+    assert [p.display for p in again.planners] == labels and again.hash() == cfg.hash()
+
+
+def test_bad_planner_grids_are_named(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("planners:\n  - name: saycan\n    grid: {llm_score: []}\n")
+    with pytest.raises(InvalidInputError, match=r"planners\.0\.grid.*'llm_score' lists no values"):
+        load_config(p)
+    p.write_text("planners:\n  - {name: saycan, label: 'A [x=1]'}\n  - {name: saycan, label: A, grid: {x: [1]}}\n")
+    with pytest.raises(InvalidInputError, match="labels must be unique"):
+        load_config(p)

@@ -58,3 +58,47 @@ def test_expand_and_bad_selection(tmp_path):
     bad = _cfg(tmp_path, tasks={"families": ["nl_nounz"]})
     with pytest.raises(InvalidInputError, match="valid: nl_single_primitive"):
         expand(bad, make_env(bad))
+
+
+def test_grid_sweep_reports_each_grids_best_variant(tmp_path):
+    cfg = _cfg(tmp_path, planners=[
+        {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "grid": {"use_affordance": [False, True]}},
+        {"name": "saycan_novf", "label": "No-VF"},
+    ], select_by=["execution_success"])
+    result = run_eval(cfg, lm=FakeLM(), progress=False)
+    overall = {r.planner: r.execution_success for r in result.summary if r.family == "all"}
+    variants = cfg.grids["SayCan"]
+    assert set(overall) == {*variants, "No-VF"}
+    best = max(variants, key=lambda v: overall[v])  # max keeps the first on ties, as the selection does
+    assert list(result.best) == ["SayCan"] and result.best["SayCan"].planner == best
+    saved = json.loads((cfg.run_dir / "grid_selection.json").read_text())
+    assert saved == {"select_by": ["execution_success"], "best": {"SayCan": best}}
+
+
+def test_select_best_sums_the_ranking_metrics():
+    from groundplan.pipelines.summary import ALL, SummaryRow, select_best
+
+    def row(planner, family=ALL, **metrics):
+        return SummaryRow(planner, "virtualhome", family, 8, None, 0.25, 5.0, 0, metrics)
+
+    rows = [row("T [e=0]", executability=0.1, lcs=0.3), row("T [e=0.4]", executability=0.3, lcs=0.2),
+            row("T [e=0.8]", executability=0.4, lcs=0.0), row("T [e=0.8]", family="Drink", executability=1.0, lcs=1.0),
+            row("V [t=1]", executability=0.0, lcs=0.1), row("V [t=2]", executability=0.1, lcs=0.0)]
+    grids = {"T": ["T [e=0]", "T [e=0.4]", "T [e=0.8]"], "V": ["V [t=1]", "V [t=2]"], "unrun": ["U [x=1]"]}
+    best = select_best(rows, grids, ["executability", "lcs"])
+    assert {g: r.planner for g, r in best.items()} == {"T": "T [e=0.4]", "V": "V [t=1]"}  # a tie keeps the first
+    assert best["T"].family == ALL
+    assert select_best(rows, grids, ["execution_success"])["T"].planner == "T [e=0]"
+
+
+def test_method_rows_put_each_grid_at_its_best_variant():
+    from groundplan.pipelines.summary import ALL, SummaryRow, method_rows
+
+    def row(planner, lcs):
+        return SummaryRow(planner, "virtualhome", ALL, 8, None, 0.0, 5.0, 0, {"lcs": lcs})
+
+    rows = [row("V [t=1]", 0.1), row("V [t=2]", 0.3), row("SayCan", 0.2)]
+    labels = [("V [t=1]", "V"), ("V [t=2]", "V"), ("SayCan", None)]
+    out = method_rows(rows, labels, {"V": rows[1]})
+    assert [(r.planner, r.metrics["lcs"]) for r in out] == [("V", 0.3), ("SayCan", 0.2)]
+    assert rows[1].planner == "V [t=2]"  # the summary's own rows are not renamed

@@ -121,6 +121,26 @@ def test_greedy_generation_matches_transformers_generate(lm):
     assert ours.finish_reason == "length" and ours.num_tokens == 8 and ours.logprob_mean < 0
 
 
+def test_repetition_penalty_matches_transformers_generate(lm):
+    """Zero-Shot Planners search Hugging Face's repetition penalty (A.1): ours must be that one, while
+    the reported log-probs stay the model's own."""
+    prompt = "Task: Watch TV\nStep 1: Walk to home office\nStep 2: Find television\nStep 3:"
+    ids = lm.tokenizer(prompt, return_tensors="pt").input_ids
+    texts = {}
+    for penalty in (1.0, 1.8):
+        (ours,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=12, repetition_penalty=penalty)
+        with torch.inference_mode():
+            out = lm.model.generate(ids, max_new_tokens=12, do_sample=False, repetition_penalty=penalty)
+        assert ours.text == lm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        texts[penalty] = ours.text
+    assert texts[1.0] != texts[1.8]  # the penalty changes what this prompt continues with
+    (step,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=12, stop=["\n"], repetition_penalty=1.8)
+    (plain,) = lm.score(prompt, [step.text])
+    assert plain.num_tokens == step.num_tokens and abs(step.logprob_mean - plain.logprob_mean) < 1e-3
+    with pytest.raises(InvalidInputError, match="repetition_penalty"):
+        lm.generate(prompt, repetition_penalty=0.0)
+
+
 def test_packed_samples_do_not_see_each_other(lm):
     """n samples share one packed sequence; with greedy decoding each must equal the lone greedy run."""
     prompt = "Human: How would you throw away a sponge?\nRobot: 1."
@@ -172,7 +192,7 @@ def test_missing_embedded_model_says_how_to_install(monkeypatch):
 
 def _entry(tokens, nbytes_per_layer=1000):
     t = torch.zeros(nbytes_per_layer // 4)
-    return CacheEntry(tokens=np.asarray(tokens), kv=[(t, t)], last_logprobs=torch.zeros(0))
+    return CacheEntry(tokens=np.asarray(tokens), kv=[(t, t)], last_logits=torch.zeros(0))
 
 
 def test_prefix_cache_longest_match_and_lru_bound():

@@ -11,7 +11,12 @@ from groundplan.envs import ENVS  # noqa: E402
 from groundplan.envs.virtualhome import dataset  # noqa: E402
 from groundplan.envs.virtualhome.actions import ParseError, Step  # noqa: E402
 from groundplan.envs.virtualhome.affordance import PreconditionAffordance  # noqa: E402
-from groundplan.envs.virtualhome.env import VirtualHomeEnv, normalised_lcs, scene_action_space  # noqa: E402
+from groundplan.envs.virtualhome.env import (  # noqa: E402
+    VirtualHomeEnv,
+    goals_met_at_start,
+    normalised_lcs,
+    scene_action_space,
+)
 from groundplan.errors import InvalidInputError  # noqa: E402
 from groundplan.skills import AFFORDANCES  # noqa: E402
 from groundplan.traces import EpisodeTrace, StepTrace  # noqa: E402
@@ -44,7 +49,8 @@ def test_dataset_and_split_are_complete_and_deterministic(env):
     demos, test = dataset.split_programs("category", 0.3)
     assert len(demos) + len(test) == 342
     assert not {d.name for d in demos} & {t.name for t in test}  # held-out categories
-    assert [t.task_id for t in env.tasks()] == [p.program_id for p in test]
+    met = goals_met_at_start("class")
+    assert [t.task_id for t in env.tasks()] == [p.program_id for p in test if p.program_id not in met]
     assert [d.program_id for d in env.demonstrations()] == [p.program_id for p in demos]
     assert VirtualHomeEnv().tasks() == env.tasks()
     d2, t2 = dataset.split_programs("program", 0.3)
@@ -186,3 +192,17 @@ def test_episode_metrics(env):
     assert env.episode_metrics(task, _trace(task, []))["executability"] == 0.0
     assert normalised_lcs(["a", "b", "c"], [["a", "c"], ["x"]]) == pytest.approx(2 / 3)
     assert env.summary_metrics == ["executability", "step_success", "goal_success", "lcs", "length"]
+
+
+def test_goals_met_from_the_start_are_not_test_tasks(env):
+    """A plan that executes nothing must not reach a test task's goal."""
+    met = goals_met_at_start("class")
+    assert "85_2" in met and 0 < len(met) < 342  # "Turn on light" with the light already on
+    kept = VirtualHomeEnv(keep_met_goals=True)
+    by_id = {t.task_id: t for t in kept.tasks()}
+    assert "85_2" in by_id and "85_2" not in {t.task_id for t in env.tasks()}
+    kept.reset(by_id["85_2"], 0)
+    assert kept.check_goal().success  # nothing executed, goal met: why such tasks are left out
+    for task in env.tasks()[::10]:
+        env.reset(task, 0)
+        assert not env.check_goal().success, task.task_id

@@ -27,8 +27,9 @@ class SampleLM(FakeLM):
         super().__init__(**kw)
         self.rounds = [list(r) for r in rounds]
 
-    def generate(self, prompt, n=1, temperature=1.0, top_p=1.0, max_new_tokens=32, stop=None, seed=None):
-        super().generate(prompt, n, temperature, top_p, max_new_tokens, stop, seed)
+    def generate(self, prompt, n=1, temperature=1.0, top_p=1.0, max_new_tokens=32, stop=None, seed=None,
+                 repetition_penalty=1.0):
+        super().generate(prompt, n, temperature, top_p, max_new_tokens, stop, seed, repetition_penalty)
         samples = self.rounds.pop(0) if self.rounds else [("", -1.0)] * n
         return [Generation(t, lp, len(t.split()), "stop") for t, lp in samples]
 
@@ -63,17 +64,19 @@ def test_registered_and_config_validated():
         make_zeroshot(FakeLM(), demonstrations=DEMOS, num_sampels=3)
     with pytest.raises(InvalidInputError, match="top_p"):
         make_zeroshot(FakeLM(), demonstrations=DEMOS, top_p=0)
+    with pytest.raises(InvalidInputError, match="repetition_penalty"):
+        make_vanilla(FakeLM(), demonstrations=DEMOS, repetition_penalty=0)
 
 
 def test_translation_appends_admissible_action_and_continues_numbering():
     lm = SampleLM([[(" Switch on the lamp.", -0.5), ("turn lamp on", -2.0)], [("", -1), ("", -1)]])
-    planner = make_zeroshot(lm, demonstrations=DEMOS, num_samples=2, temperature=0.3)
+    planner = make_zeroshot(lm, demonstrations=DEMOS, num_samples=2, temperature=0.3, repetition_penalty=1.2)
     decisions = _run(planner)
     assert [d.skill for d in decisions] == ["switch on lamp", "done"]
     assert decisions[0].info["samples"] == ["Switch on the lamp", "turn lamp on"]
     assert decisions[1].done and decisions[1].info["stop"] == "empty_samples"
     call = lm.generate_calls[0]
-    assert call["n"] == 2 and call["top_p"] == 0.9 and call["stop"] == ["\n"] and call["temperature"] == 0.3
+    assert call["n"] == 2 and call["top_p"] == 0.9 and call["stop"] == ["\n"] and call["temperature"] == 0.3 and call["repetition_penalty"] == 1.2
     assert planner.prompt.endswith("Task: Turn on lamp\nStep 1: Switch on lamp\nStep 2:")
     assert lm.generate_calls[1]["prompt"] == planner.prompt
     cands = decisions[0].candidates
@@ -139,10 +142,10 @@ def test_ablation_without_trajectory_correction_appends_the_raw_sample():
 def test_vanilla_takes_the_most_likely_plan_and_emits_its_steps_verbatim():
     lm = SampleLM([[(" Walk to kitchen\nStep 2: grab cup", -2.0),
                     (" Walk to bedroom\nStep 2: Switch on lamp\nStep 3: dance wildly\n\nTask: other", -0.5)]])
-    planner = make_vanilla(lm, demonstrations=DEMOS, num_samples=2)
+    planner = make_vanilla(lm, demonstrations=DEMOS, num_samples=2, repetition_penalty=1.5)
     d = _run(planner)
     assert [x.skill for x in d] == ["Walk to bedroom", "Switch on lamp", "dance wildly", "done"]
-    assert lm.generate_calls[0]["n"] == 2 and "\n\n" in lm.generate_calls[0]["stop"]
+    assert lm.generate_calls[0]["n"] == 2 and "\n\n" in lm.generate_calls[0]["stop"] and lm.generate_calls[0]["repetition_penalty"] == 1.5
     assert planner.example == DEMOS[0]  # fixed example by default
 
 

@@ -73,9 +73,10 @@ class RemoteLM(_Guard):
         return self._get(self._next().score_batch.remote([(p, list(o)) for p, o in requests]))
 
     def generate(self, prompt: str, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None) -> list[Generation]:
+                 max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None,
+                 repetition_penalty: float = 1.0) -> list[Generation]:
         return self._get(self._next().generate.remote(prompt, n, temperature, top_p, max_new_tokens,
-                                                      None if stop is None else list(stop), seed))
+                                                      None if stop is None else list(stop), seed, repetition_penalty))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._get(self._next().embed.remote(list(texts))))

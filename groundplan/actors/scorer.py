@@ -182,10 +182,10 @@ class LLMScorer:
 
     async def generate(self, prompt: str, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                        max_new_tokens: int = 32, stop: Sequence[str] | None = None,
-                       seed: int | None = None) -> list[Generation]:
+                       seed: int | None = None, repetition_penalty: float = 1.0) -> list[Generation]:
         self._generate_calls += 1
         return await asyncio.to_thread(self.lm.generate, prompt, n, temperature, top_p, max_new_tokens,
-                                       None if stop is None else list(stop), seed)
+                                       None if stop is None else list(stop), seed, repetition_penalty)
 
     async def embed(self, texts: Sequence[str]):
         self._embed_calls += 1

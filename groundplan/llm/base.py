@@ -62,8 +62,10 @@ class LanguageModel(Protocol):
         max_new_tokens: int = 32,
         stop: Sequence[str] | None = None,
         seed: int | None = None,
+        repetition_penalty: float = 1.0,
     ) -> list[Generation]:
-        """``n`` samples (greedy when ``temperature == 0``), each cut at the first stop string."""
+        """``n`` samples (greedy when ``temperature == 0``), each cut at the first stop string;
+        ``repetition_penalty`` > 1 discourages tokens already in the prompt or sample (Hugging Face's)."""
         ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

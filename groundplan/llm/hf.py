@@ -200,13 +200,13 @@ class HFLanguageModel:
         return self.device
 
     def _context(self, ctx: np.ndarray) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-        """Key/values of ``ctx`` and the log-probs of the token after it, reusing the prefix cache.
+        """Key/values of ``ctx`` and the (raw) logits of the token after it, reusing the prefix cache.
 
         At least the last context token is recomputed unless an entry matches ``ctx`` exactly, since
         partial entries hold no logits at the match point."""
         entry, m = self.cache.lookup(ctx)
         if entry is not None and m == len(ctx) == len(entry):
-            return entry.kv, entry.last_logprobs
+            return entry.kv, entry.last_logits
         m = min(m, len(ctx) - 1)
         # fresh buffers with headroom for the option packs (or samples) that will follow this context
         kv = self._empty_buffers(len(ctx) + self.max_pack_tokens)
@@ -223,8 +223,8 @@ class HFLanguageModel:
         self.stats.forward_tokens += len(ctx) - m
         self.stats.logit_positions += 1
         kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]  # a layer may have grown its buffers
-        last = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-        self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logprobs=last))
+        last = out.logits[0, -1].float()
+        self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logits=last))
         return kv, last
 
     def _packed_mask(self, seg_ids: np.ndarray, past_len: int) -> torch.Tensor:
@@ -263,7 +263,8 @@ class HFLanguageModel:
         options = list(options)
         with self._lock:
             ctx, plans, _ = self._split(prompt, options)
-            kv, last = self._context(ctx)
+            kv, last_logits = self._context(ctx)
+            last = torch.log_softmax(last_logits, dim=-1)
             past_len = len(ctx)
             token_lps: list[list[float]] = [[] for _ in plans]
             for chunk in self._chunks(plans):
@@ -336,15 +337,23 @@ class HFLanguageModel:
         max_new_tokens: int = 32,
         stop: Sequence[str] | None = None,
         seed: int | None = None,
+        repetition_penalty: float = 1.0,
     ) -> list[Generation]:
         """``n`` samples decoded together over the cached prompt: the samples are packed side by side
         in one sequence (each attends to the prompt and its own tokens), so the prompt's key/values
         are never copied per sample. ``temperature == 0`` is greedy. Log-probs are the model's own
-        (temperature 1), as Zero-Shot Planners' P(â) requires."""
+        (temperature 1, no penalty), as Zero-Shot Planners' P(â) requires.
+
+        ``repetition_penalty`` is Hugging Face's (CTRL, Keskar et al. 2019): before sampling, the logit
+        of every token already in the prompt or in the sample is divided by it when positive and
+        multiplied by it when negative; Zero-Shot Planners search it over {1.0, 1.2, 1.5, 1.8} for
+        Hugging Face models (Appendix A.1)."""
         if n < 1 or max_new_tokens < 1:
             raise InvalidInputError("generate() needs n >= 1 and max_new_tokens >= 1")
         if temperature < 0 or not (0 < top_p <= 1):
             raise InvalidInputError("generate() needs temperature >= 0 and 0 < top_p <= 1")
+        if not repetition_penalty > 0:
+            raise InvalidInputError("generate() needs repetition_penalty > 0 (1.0: none)")
         stop = [s for s in (stop or []) if s]
         ctx = self._encode(prompt)
         if len(ctx) == 0:
@@ -355,12 +364,22 @@ class HFLanguageModel:
             kv, last = self._context(ctx)
             past_len = len(ctx)
             cache = self._new_cache(kv, past_len)
-            next_lp = last.unsqueeze(0).expand(n, -1)
+            next_logits = last.unsqueeze(0).expand(n, -1)
+            next_lp = torch.log_softmax(next_logits, dim=-1)
+            seen = None
+            if repetition_penalty != 1.0:
+                seen = torch.zeros(next_logits.shape, dtype=torch.bool, device=next_logits.device)
+                seen[:, torch.as_tensor(np.unique(ctx), device=seen.device)] = True
             tokens: list[list[int]] = [[] for _ in range(n)]
             lps: list[list[float]] = [[] for _ in range(n)]
             finished: list[str | None] = [None] * n
             for t in range(max_new_tokens):
-                chosen = _sample(next_lp, temperature, top_p, gen)
+                if seen is None:
+                    chosen = _sample(next_lp, temperature, top_p, gen)
+                else:
+                    penalised = _repetition_penalty(next_logits, seen, repetition_penalty)
+                    chosen = _sample(torch.log_softmax(penalised, dim=-1), temperature, top_p, gen)
+                    seen[torch.arange(n, device=seen.device), torch.as_tensor(chosen, device=seen.device)] = True
                 for j in range(n):
                     if finished[j] is None:
                         tokens[j].append(chosen[j])
@@ -378,7 +397,8 @@ class HFLanguageModel:
                 out = self.model(input_ids=ids, position_ids=positions, attention_mask=self._mask_tensor(allowed),
                                  past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
-                next_lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+                next_logits = out.logits[0].float()
+                next_lp = torch.log_softmax(next_logits, dim=-1)
                 self.stats.forward_tokens += n
         return [self._finish(tokens[j], lps[j], finished[j] or "length", stop) for j in range(n)]
 
@@ -409,6 +429,12 @@ def _option_score(option: str, lps: list[float]) -> OptionScore:
 def _find_stop(text: str, stop: Sequence[str]) -> int:
     hits = [i for i in (text.find(s) for s in stop) if i >= 0]
     return min(hits) if hits else -1
+
+
+def _repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Hugging Face's ``RepetitionPenaltyLogitsProcessor`` on [n, V] logits with a [n, V] seen mask."""
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
 
 
 def _sample(logprobs: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> list[int]:

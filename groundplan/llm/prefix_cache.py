@@ -20,7 +20,7 @@ import torch
 
 @dataclass
 class CacheEntry:
-    """Key/value state for ``tokens`` and the next-token log-probs after the last token (so an exact
+    """Key/value state for ``tokens`` and the next-token logits after the last token (so an exact
     hit needs no forward pass at all).
 
     ``kv`` holds per layer a (keys, values) pair of buffers [1, heads, capacity, head_dim] whose first
@@ -30,12 +30,12 @@ class CacheEntry:
 
     tokens: np.ndarray
     kv: list[tuple[torch.Tensor, torch.Tensor]]
-    last_logprobs: torch.Tensor
+    last_logits: torch.Tensor
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
-        self.nbytes += self.last_logprobs.numel() * self.last_logprobs.element_size()
+        self.nbytes += self.last_logits.numel() * self.last_logits.element_size()
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -20,7 +20,7 @@ from groundplan.envs import ENVS
 from groundplan.envs.base import Env, Task
 from groundplan.errors import InvalidInputError
 from groundplan.llm import LLM_BACKENDS, LanguageModel, load_llm
-from groundplan.pipelines.summary import SummaryRow, summarize
+from groundplan.pipelines.summary import SummaryRow, select_best, summarize
 from groundplan.planners import PLANNERS
 from groundplan.planners.base import Planner
 from groundplan.report import frame_saver
@@ -50,6 +50,7 @@ class EvalResult:
     run_dir: Path
     skipped: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, SummaryRow] = field(default_factory=dict)  # grid label -> its best variant's row
 
 
 def validate_names(cfg: EvalConfig) -> None:
@@ -130,7 +131,11 @@ def collect_results(cfg: EvalConfig, specs: list[EpisodeSpec], traces_path: Path
     traces = [by_id[s.episode_id] for s in specs if s.episode_id in by_id]
     rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
     (traces_path.parent / "summary.json").write_text(json.dumps([r.to_dict() for r in rows], indent=2))
-    return EvalResult(cfg, traces, rows, traces_path.parent, skipped=len(specs) - ran, stats=stats)
+    best = select_best(rows, cfg.grids, cfg.select_by)
+    if best:
+        selection = {"select_by": cfg.select_by, "best": {g: r.planner for g, r in best.items()}}
+        (traces_path.parent / "grid_selection.json").write_text(json.dumps(selection, indent=2))
+    return EvalResult(cfg, traces, rows, traces_path.parent, skipped=len(specs) - ran, stats=stats, best=best)
 
 
 def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = True, resume: bool = True) -> EvalResult:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
 from groundplan.traces import EpisodeTrace
 
 ALL = "all"
+#: a row's own rates, which metric names may also refer to
+ROW_RATES = ("execution_success", "plan_success", "mean_steps")
 
 
 @dataclass
@@ -56,12 +58,48 @@ def summarize(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = 
     return rows
 
 
+def metric_value(row: SummaryRow, name: str) -> float:
+    """A row's value of an env metric or of one of the row's own rates (missing: 0)."""
+    if name in ROW_RATES:
+        return float(getattr(row, name) or 0.0)
+    return float(row.metrics.get(name, 0.0))
+
+
+def select_best(rows: list[SummaryRow], grids: dict[str, list[str]], select_by: list[str]) -> dict[str, SummaryRow]:
+    """Grid label -> the all-episodes row of its best variant, ranked by the sum of ``select_by`` (the
+    first variant wins ties). Zero-Shot Planners (Sec. 3.5, A.1) pick each method's run this way,
+    from LCS + executability, so that no method is compared at a worse setting than another."""
+    overall = {r.planner: r for r in rows if r.family == ALL}
+    best: dict[str, SummaryRow] = {}
+    for grid, labels in grids.items():
+        ran = [overall[label] for label in labels if label in overall]
+        if ran:
+            best[grid] = max(ran, key=lambda r: sum(metric_value(r, m) for m in select_by))
+    return best
+
+
+def method_rows(rows: list[SummaryRow], labels: list[tuple[str, str | None]],
+                best: dict[str, SummaryRow]) -> list[SummaryRow]:
+    """One all-episodes row per method, in config order: a grid's best variant renamed to the grid's
+    label, a planner without a grid as it is. ``labels`` are the (label, grid label or None) pairs of
+    the config's planners."""
+    overall = {r.planner: r for r in rows if r.family == ALL}
+    out: list[SummaryRow] = []
+    for label, group in labels:
+        if group is None and label in overall:
+            out.append(overall[label])
+        elif group is not None and group in best and all(r.planner != group for r in out):
+            out.append(replace(best[group], planner=group))
+    return out
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
 
 def render_table(rows: list[SummaryRow], title: str = "Results"):
     """A rich table: families down, planners across, plan / execution success in each cell."""
+    from rich.markup import escape
     from rich.table import Table
 
     planners = list(dict.fromkeys(r.planner for r in rows))
@@ -72,7 +110,7 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
     table.add_column("family")
     table.add_column("n", justify="right")
     for p in planners:
-        table.add_column(f"{p}\nplan / exec" if has_plan else f"{p}\nsuccess", justify="center")
+        table.add_column(escape(f"{p}\nplan / exec" if has_plan else f"{p}\nsuccess"), justify="center")
     for fam in families:
         n = next((cell[(p, fam)].episodes for p in planners if (p, fam) in cell), 0)
         cells = []
@@ -89,6 +127,7 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
 def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str = "Results", family: str = ALL):
     """A rich table with planners down and the chosen env metrics across (e.g. Zero-Shot Planners'
     Table 2: executability, LCS, plan length), for one family (default: all episodes)."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=title)
@@ -99,6 +138,6 @@ def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str =
     for r in rows:
         if r.family != family:
             continue
-        vals = [r.mean_steps if m == "mean_steps" else r.metrics.get(m) for m in metrics]
-        table.add_row(r.planner, str(r.episodes), *("—" if v is None else f"{v:.3f}" for v in vals))
+        vals = [getattr(r, m) if m in ROW_RATES else r.metrics.get(m) for m in metrics]
+        table.add_row(escape(r.planner), str(r.episodes), *("—" if v is None else f"{v:.3f}" for v in vals))
     return table

@@ -71,7 +71,7 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
     with mlflow.start_run(run_name=run_name or f"{cfg.name}-{cfg.hash()}") as run:
         mlflow.log_params(params)
         mlflow.log_metrics(metrics)
-        for name in ("summary.json", "traces.jsonl", "config.json"):
+        for name in ("summary.json", "grid_selection.json", "traces.jsonl", "config.json"):
             path = Path(result.run_dir) / name
             if path.exists():
                 mlflow.log_artifact(str(path))

@@ -117,6 +117,8 @@ class _Base(BaseModel):
     num_samples: int = Field(10, ge=1, description="k: samples from the planning LM per step (paper grid {1, 10}).")
     temperature: float = Field(0.6, ge=0, description="Sampling temperature (paper grid {0.1, 0.3, 0.6}).")
     top_p: float = Field(0.9, gt=0, le=1, description="Nucleus sampling threshold ([code]: 0.9).")
+    repetition_penalty: float = Field(
+        1.0, gt=0, description="Hugging Face repetition penalty while sampling (paper grid {1.0, 1.2, 1.5, 1.8}); 1.0: none.")
     max_steps: int = Field(20, ge=1, description="Most steps per plan ([code]: 20).")
     dynamic_example: bool = Field(True, description="Pick the demonstration with the most similar task name (Sec. 3.4); False: the fixed example.")
     fixed_example: str | None = Field(
@@ -277,7 +279,8 @@ class ZeroShotPlanner(_ZeroShotBase):
         if len(self._history) >= cfg.max_steps:
             return self._done("max_steps")
         gens = self.lm.generate(self._prompt, n=cfg.num_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens, stop=["\n"], seed=self._seed())
+                                max_new_tokens=cfg.max_new_tokens, stop=["\n"], seed=self._seed(),
+                                repetition_penalty=cfg.repetition_penalty)
         samples = [clean_sample(g.text) for g in gens]
         info: dict[str, Any] = {"samples": samples, "sample_logprobs": [float(g.logprob_mean) for g in gens]}
         if sum(1 for s in samples if not s) > len(samples) / 2:
@@ -347,7 +350,8 @@ class VanillaPlanner(_ZeroShotBase):
     def _reset_plan(self, task: Task, observation: Observation) -> None:
         cfg = self.config
         gens = self.lm.generate(self._prompt, n=cfg.num_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens, stop=["\n\n", "\nTask:"], seed=self._seed())
+                                max_new_tokens=cfg.max_new_tokens, stop=["\n\n", "\nTask:"], seed=self._seed(),
+                                repetition_penalty=cfg.repetition_penalty)
         best = max(range(len(gens)), key=lambda j: gens[j].logprob_mean)  # first of the best on ties
         self._plan = parse_plan(gens[best].text)[: cfg.max_steps]
         self._info = {"plan_text": gens[best].text, "logprob": float(gens[best].logprob_mean),

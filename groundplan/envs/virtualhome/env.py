@@ -3,7 +3,9 @@
 
 - Tasks: the 342 programs with goals, split deterministically into demonstrations
   (:meth:`VirtualHomeEnv.demonstrations`) and test tasks (:meth:`VirtualHomeEnv.tasks`);
-  ``Task.family`` is the task category, ``Task.instruction`` the task name ("Turn on light").
+  ``Task.family`` is the task category, ``Task.instruction`` the task name ("Turn on light"). Test
+  programs whose goal already holds in their initial graph are left out (35 of the default split's
+  149: a plan that does nothing would reach them; ``keep_met_goals`` keeps them).
 - Skills: the natural-language form of every admissible step (:mod:`.actions`, about 42,000 labels,
   one action set for the whole scene as the paper's single action bank), plus the done label.
 - Steps run in the package's evolving-graph simulator (:mod:`.simulator`); a malformed,
@@ -22,9 +24,10 @@ import collections
 import functools
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +60,12 @@ class VirtualHomeConfig(BaseModel):
         "class",
         description="'class': a goal on a node is met by any node of its class (steps name classes and "
         "the env assigns instances, as in the paper); 'id': the dataset's exact node ids.",
+    )
+    keep_met_goals: bool = Field(
+        False,
+        description="Keep the test programs whose goal already holds in their initial graph (e.g. a 'Turn "
+        "on light' whose light is on): any plan, even one that executes nothing, 'reaches' such a goal, so "
+        "by default they are not test tasks.",
     )
     done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
     cache_size: int = Field(64, ge=1, description="Loaded tasks kept for reuse (each ~100 ms to load).")
@@ -94,37 +103,66 @@ class VirtualHomeSnapshot:
         return outcome.success, outcome.reason
 
 
-def _vocabulary_path() -> Any:
+def _scene_cache_path(kind: str) -> Any:
+    """A file of facts derived from the installed dataset, keyed by the package version."""
     from importlib.metadata import version
 
     from groundplan.llm.loading import cache_dir
 
-    return cache_dir() / "virtualhome" / f"objects-scene{dataset.SCENE}-{version('virtualhome_eval')}.json"
+    return cache_dir() / "virtualhome" / f"{kind}-scene{dataset.SCENE}-{version('virtualhome_eval')}.json"
+
+
+def _cached_json(kind: str, build: Callable[[], Any]) -> Any:
+    """``build()``'s result, computed once and kept on disk (written atomically)."""
+    path = _scene_cache_path(kind)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    out = build()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(path)
+    except OSError as exc:
+        logger.warning("could not cache the VirtualHome %s: %s", kind, exc)
+    return out
 
 
 @functools.lru_cache(maxsize=1)
 def scene_objects() -> dict[str, list[str]]:
     """Object class → properties, over the initial graphs of every program of the scene (the scene's
     furniture plus the objects programs add). Built once (~4 s) and cached on disk."""
-    path = _vocabulary_path()
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
-    objects: dict[str, set[str]] = collections.defaultdict(set)
-    for program in dataset.load_programs():
-        for node in dataset.load_init_graph(program.program_id)["nodes"]:
-            if node["category"] not in STRUCTURAL_CATEGORIES:
-                objects[node["class_name"]].update(node["properties"])
-    out = {k: sorted(v) for k, v in sorted(objects.items())}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out))
-        tmp.replace(path)
-    except OSError as exc:
-        logger.warning("could not cache the VirtualHome object list: %s", exc)
-    return out
+
+    def build() -> dict[str, list[str]]:
+        objects: dict[str, set[str]] = collections.defaultdict(set)
+        for program in dataset.load_programs():
+            for node in dataset.load_init_graph(program.program_id)["nodes"]:
+                if node["category"] not in STRUCTURAL_CATEGORIES:
+                    objects[node["class_name"]].update(node["properties"])
+        return {k: sorted(v) for k, v in sorted(objects.items())}
+
+    return _cached_json("objects", build)
+
+
+@functools.lru_cache(maxsize=2)
+def goals_met_at_start(goal_match: str = "class") -> frozenset[str]:
+    """Ids of the programs whose goal already holds in their initial graph, with no action executed.
+    A few of the dataset's goals are met from the start (its goals are read off final graphs, and
+    some final states were already initial ones). Computed once through the simulator (~35 s for the
+    342 programs) and cached on disk."""
+
+    def build() -> list[str]:
+        met = []
+        for program in dataset.load_programs():
+            planner = sim.construct(program.program_id)
+            planner.reset()
+            if sim.check_goals(planner.env_state, program.goal, [], goal_match).success:
+                met.append(program.program_id)
+        return met
+
+    return frozenset(_cached_json(f"goals-met-at-start-{goal_match}", build))
 
 
 @functools.lru_cache(maxsize=1)
@@ -186,7 +224,8 @@ class VirtualHomeEnv(Env):
         for p in dataset.load_programs():
             by_name[p.name].append(p)
         self._references = {name: tuple(p.class_script for p in ps) for name, ps in by_name.items()}
-        self._tasks = [self._task(p) for p in test]
+        met = frozenset() if self.config.keep_met_goals else goals_met_at_start(self.config.goal_match)
+        self._tasks = [self._task(p) for p in test if p.program_id not in met]
         self._planners: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._skills: list[str] | None = None
         self._masks: dict[str, np.ndarray] = {}
@@ -210,7 +249,8 @@ class VirtualHomeEnv(Env):
         )
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        """The test tasks (ordered by category, then program id), optionally of some categories."""
+        """The test tasks (ordered by category, then program id), optionally of some categories; without
+        the programs whose goal holds from the start unless ``keep_met_goals``."""
         return [t for t in self._tasks if families is None or t.family in families]
 
     def demonstrations(self) -> list[Demonstration]:
