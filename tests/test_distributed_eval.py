@@ -84,6 +84,20 @@ def test_sweep_is_logged_to_mlflow(tmp_path, ray_local, monkeypatch):
     assert {r["planner"] for r in saved} == {"SayCan", "No-VF"}
 
 
+def test_planner_grid_runs_through_ray_and_its_best_variant_is_logged(tmp_path, ray_local):
+    import mlflow
+
+    cfg = _cfg(tmp_path, seeds=[0], tasks={"families": ["nl_nouns"], "per_family": 2},
+               planners=[{"name": "saycan_novf", "label": "No-VF", "options": {}, "grid": {"llm_score": ["sum", "mean"]}}])
+    uri = f"sqlite:///{(tmp_path / 'grid.db').resolve()}"
+    result = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, progress=False, tracking_uri=uri)
+    assert {t.planner for t in result.traces} == {"No-VF [llm_score=sum]", "No-VF [llm_score=mean]"}
+    assert len(result.traces) == 4 and list(result.best) == ["No-VF"]
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(result.stats["mlflow_run_id"])
+    assert run.data.metrics["best.No-VF.execution_success"] == result.best["No-VF"].execution_success
+    assert "grid_selection.json" in {a.path for a in mlflow.MlflowClient(tracking_uri=uri).list_artifacts(run.info.run_id)}
+
+
 @pytest.mark.parametrize(
     "change, error, match",
     [

@@ -65,6 +65,10 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         metrics[_key(*base, "episodes")] = float(r.episodes)
         for name, value in r.metrics.items():  # env metrics, e.g. VirtualHome's executability and LCS
             metrics[_key(*base, name)] = float(value)
+    for group, r in getattr(result, "best", {}).items():  # each planner grid at its best variant
+        metrics[_key("best", group, "execution_success")] = float(r.execution_success)
+        for name, value in r.metrics.items():
+            metrics[_key("best", group, name)] = float(value)
     for k, v in flatten(result.stats).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             metrics[_key("sweep", *k.split("."))] = float(v)
