@@ -92,9 +92,11 @@ class EvalConfig(_Strict):
     max_steps: int = Field(20, ge=1, description="step cap per episode")
     output_dir: str = Field("outputs", description="traces and summaries go to <output_dir>/<name>/")
     select_by: list[str] = Field(
-        default_factory=lambda: ["executability", "lcs"],
-        description="episode metrics (or 'execution_success', 'plan_success') summed to pick the best variant "
-        "of each planner grid; the default is Zero-Shot Planners' ranking by executability + LCS (Sec. 3.5)",
+        default_factory=lambda: ["execution_success"],
+        min_length=1,
+        description="metrics summed to pick the best variant of each planner grid: 'execution_success', "
+        "'plan_success' or the env's episode metrics (Zero-Shot Planners rank by executability + LCS, "
+        "Sec. 3.5: `[executability, lcs]` on VirtualHome)",
     )
 
     @field_validator("planners")

@@ -89,6 +89,8 @@ def test_select_best_sums_the_ranking_metrics():
     assert {g: r.planner for g, r in best.items()} == {"T": "T [e=0.4]", "V": "V [t=1]"}  # a tie keeps the first
     assert best["T"].family == ALL
     assert select_best(rows, grids, ["execution_success"])["T"].planner == "T [e=0]"
+    with pytest.raises(InvalidInputError, match=r"unknown metrics \['executabilty'\]; this sweep has: .*executability"):
+        select_best(rows, grids, ["executabilty", "lcs"])
 
 
 def test_method_rows_put_each_grid_at_its_best_variant():

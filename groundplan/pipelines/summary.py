@@ -5,6 +5,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
+from groundplan.errors import InvalidInputError
 from groundplan.traces import EpisodeTrace
 
 ALL = "all"
@@ -70,6 +71,10 @@ def select_best(rows: list[SummaryRow], grids: dict[str, list[str]], select_by: 
     first variant wins ties). Zero-Shot Planners (Sec. 3.5, A.1) pick each method's run this way,
     from LCS + executability, so that no method is compared at a worse setting than another."""
     overall = {r.planner: r for r in rows if r.family == ALL}
+    known = {*ROW_RATES, *(k for r in overall.values() for k in r.metrics)}
+    unknown = [m for m in select_by if m not in known]
+    if grids and overall and unknown:
+        raise InvalidInputError(f"select_by names unknown metrics {unknown}; this sweep has: {', '.join(sorted(known))}")
     best: dict[str, SummaryRow] = {}
     for grid, labels in grids.items():
         ran = [overall[label] for label in labels if label in overall]
