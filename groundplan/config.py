@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from groundplan.errors import InvalidInputError
 from groundplan.validation import describe_errors
@@ -93,17 +93,17 @@ class EvalConfig(_Strict):
     output_dir: str = Field("outputs", description="traces and summaries go to <output_dir>/<name>/")
     select_by: list[str] = Field(
         default_factory=lambda: ["execution_success"],
-        min_length=1,
         description="metrics summed to pick the best variant of each planner grid: 'execution_success', "
         "'plan_success' or the env's episode metrics (Zero-Shot Planners rank by executability + LCS, "
         "Sec. 3.5: `[executability, lcs]` on VirtualHome)",
     )
 
-    @field_validator("planners")
+    @field_validator("planners", "seeds", "select_by")
     @classmethod
-    def _some_planners(cls, v: list[PlannerSpec]) -> list[PlannerSpec]:
+    def _not_empty(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
         if not v:
-            raise ValueError("at least one planner is needed")
+            what = {"planners": "planner", "seeds": "seed", "select_by": "select_by metric"}[info.field_name]
+            raise ValueError(f"at least one {what} is needed")
         return v
 
     @model_validator(mode="after")
@@ -123,13 +123,6 @@ class EvalConfig(_Strict):
             if p.group is not None:
                 out.setdefault(p.group, []).append(p.display)
         return out
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("at least one seed is needed")
-        return v
 
     def hash(self) -> str:
         """Short stable hash of everything that changes results (not the output folder)."""
