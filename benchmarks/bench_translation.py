@@ -26,8 +26,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from groundplan.envs.virtualhome.env import VirtualHomeEnv
+    from groundplan.grounding.action_index import (
+        ActionIndex,
+        clear_memory_cache,
+        unit_rows,
+    )
+    from groundplan.grounding.zeroshot import translation_scores
     from groundplan.llm.embeddings import SentenceEmbedder
-    from groundplan.llm.action_index import ActionIndex, clear_memory_cache, unit_rows
 
     class Embedder:  # the translation LM alone: no need to load the planning LM for this benchmark
         def __init__(self) -> None:
@@ -62,11 +67,11 @@ def main() -> None:
                "look at the television", "wash your hands"][: args.k]
     vecs = unit_rows(np.asarray(lm.embed(samples), dtype=np.float32))
     lps = np.linspace(-0.5, -2.0, len(samples)).astype(np.float32)
-    index.translate(vecs, lps, 0.3, "walk to bedroom", 0.5)
+    translation_scores(index, vecs, lps, 0.3, "walk to bedroom", 0.5)
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        best, _, _ = index.translate(vecs, lps, 0.3, "walk to bedroom", 0.5)
+        best, _, _ = translation_scores(index, vecs, lps, 0.3, "walk to bedroom", 0.5)
         int(np.argmax(best))
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()

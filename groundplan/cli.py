@@ -10,7 +10,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from groundplan.errors import GroundplanError
+from groundplan.core.errors import GroundplanError
 from groundplan.pipelines.distributed import add_ray_arguments
 
 console = Console()
@@ -23,18 +23,18 @@ def _prob(logv: float) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from groundplan.config import PlannerSpec
+    from groundplan.core.types import Task
+    from groundplan.core.validation import validate_instruction
     from groundplan.envs import ENVS
-    from groundplan.envs.base import Task
+    from groundplan.factory import make_planner
     from groundplan.llm import load_llm
-    from groundplan.pipelines.evaluate import make_planner
-    from groundplan.planners.base import validate_instruction
-    from groundplan.runner import run_episode
+    from groundplan.rollout.episode import run_episode
 
     instruction = validate_instruction(args.instruction)
     env = ENVS.get(args.env)()
     affordance = args.affordance
     if affordance is None and args.planner == "saycan":
-        affordance = getattr(env, "default_affordance", None)
+        affordance = env.default_affordance()
     spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None)
     lm = load_llm(args.backend, model=args.model)
     planner = make_planner(spec, lm, args.max_steps)
@@ -84,7 +84,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.envs import ENVS
     from groundplan.pipelines.summary import render_metric_table
 
-    metrics = getattr(ENVS.get(cfg.env.name), "summary_metrics", None)
+    metrics = ENVS.get(cfg.env.name).capabilities.table_measures
     if metrics:  # env-specific metrics, e.g. Zero-Shot Planners' executability / LCS (Table 2)
         console.print(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"))
     else:
@@ -110,7 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from groundplan.errors import InvalidInputError
+    from groundplan.core.errors import InvalidInputError
     from groundplan.report import render_report
 
     run_dir = Path(args.run)
@@ -122,9 +122,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.envs import ENVS
+    from groundplan.grounding import AFFORDANCES
     from groundplan.llm import LLM_BACKENDS
     from groundplan.planners import PLANNERS
-    from groundplan.skills import AFFORDANCES
 
     for reg in (ENVS, PLANNERS, AFFORDANCES, LLM_BACKENDS):
         console.print(f"[bold]{reg.kind}[/bold]: {', '.join(reg.names())}")

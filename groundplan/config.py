@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from groundplan.errors import InvalidInputError
-from groundplan.validation import describe_errors
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.validation import describe_errors
 
 
 class _Strict(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from groundplan.traces import EpisodeTrace
+from groundplan.rollout.traces import EpisodeTrace
 
 
 def _p(logv: float | None) -> float:

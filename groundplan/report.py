@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from groundplan.traces import EpisodeTrace, StepTrace, read_traces
+from groundplan.rollout.traces import EpisodeTrace, StepTrace, read_traces
 
 
 def safe_id(episode_id: str) -> str:
@@ -57,7 +57,7 @@ def frame_saver(run_dir: str | Path) -> Callable[[EpisodeTrace, StepTrace | None
     ``0.png`` after reset and ``<k+1>.png`` after step k (envs without ``frames()`` are skipped)."""
 
     def hook(trace: EpisodeTrace, step: StepTrace | None, env: Any) -> None:
-        frames = env.frames() if hasattr(env, "frames") else []
+        frames = env.frames()
         if frames:
             save_frames(run_dir, trace, [frames[-1]], number=0 if step is None else step.index + 1)
 

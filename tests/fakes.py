@@ -4,6 +4,7 @@ No torch, no transformers: these run in milliseconds and make planner behaviour 
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import zlib
@@ -11,10 +12,11 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
-from groundplan.errors import InvalidInputError
-from groundplan.llm.base import Generation, OptionScore, ScoreRequest
-from groundplan.skills.base import Affordance
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.grounding.base import Affordance
+from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
 
 #: (prompt, stripped option) -> summed log-probability of the option
 ScoreRule = Callable[[str, str], float]
@@ -89,27 +91,13 @@ class FakeLM:
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
         return [self.score(prompt, options) for prompt, options in requests]
 
-    def generate(
-        self,
-        prompt: str,
-        n: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-        repetition_penalty: float = 1.0,
-    ) -> list[Generation]:
-        self.generate_calls.append(
-            {"prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
-             "max_new_tokens": max_new_tokens, "stop": None if stop is None else list(stop), "seed": seed,
-             "repetition_penalty": repetition_penalty}
-        )
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        self.generate_calls.append({"prompt": prompt, **dataclasses.asdict(params)})
         text = self._generations.pop(0) if self._generations else ""
-        cuts = [text.index(s) for s in (stop or []) if s in text]
+        cuts = [text.index(s) for s in params.stop if s in text]
         if cuts:
             text = text[: min(cuts)]
-        return [Generation(text=text, logprob_mean=-1.0, num_tokens=_num_tokens(text), finish_reason="stop")] * n
+        return [Generation(text=text, logprob_mean=-1.0, num_tokens=_num_tokens(text), finish_reason="stop")] * params.n
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         self.embed_calls.append(list(texts))
@@ -135,6 +123,7 @@ class ToyEnv(Env):
     """
 
     name = "toy"
+    capabilities = EnvCapabilities(can_replay=True)
     SKILLS = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
     REFERENCE = ("find a coke can", "pick up the coke can", "bring it to you", "put down the coke can")
 

@@ -11,11 +11,12 @@ import pytest
 from groundplan.actors.affordance_server import AffordanceServer
 from groundplan.actors.perception import Perception
 from groundplan.actors.scorer import DynamicBatcher, LLMScorer
-from groundplan.envs import ENVS
-from groundplan.envs.base import Observation, StepResult
-from groundplan.pipelines.evaluate import make_planner
 from groundplan.config import PlannerSpec
-from groundplan.runner import run_episode
+from groundplan.core.types import Observation, StepResult
+from groundplan.envs import ENVS
+from groundplan.factory import make_planner
+from groundplan.llm.base import GenerationParams
+from groundplan.rollout.episode import run_episode
 from tests.fakes import FakeLM
 
 ray = pytest.importorskip("ray")
@@ -85,8 +86,8 @@ def test_remote_lm_round_robins_replicas(ray_local):
     assert [lm.score(p, o) for p, o in reqs] == [_lm().score(p, o) for p, o in reqs]
     assert lm.score_batch(reqs) == _lm().score_batch(reqs)
     assert np.allclose(lm.embed(["a coke can"]), _lm().embed(["a coke can"]))
-    kw = dict(n=2, temperature=0.5, top_p=0.9, max_new_tokens=8, stop=["\n"], seed=1, repetition_penalty=1.3)
-    assert lm.generate("Task: Drink\nStep 1:", **kw) == _lm().generate("Task: Drink\nStep 1:", **kw)
+    params = GenerationParams(n=2, temperature=0.5, top_p=0.9, max_new_tokens=8, stop=("\n",), seed=1, repetition_penalty=1.3)
+    assert lm.generate("Task: Drink\nStep 1:", params) == _lm().generate("Task: Drink\nStep 1:", params)
     counts = [ray.get(s.stats.remote())["requests"] for s in scorers]
     assert sum(counts) == 8 and min(counts) >= 2  # 4 single calls alternate, then one batch of 4
     for s in scorers:
@@ -113,8 +114,11 @@ def test_remote_env_behaves_like_the_env(ray_local):
 
 
 def test_affordance_server_matches_local_source(ray_local):
-    from groundplan.actors.affordance_server import RemoteAffordance, make_affordance_server
-    from groundplan.skills import AFFORDANCES
+    from groundplan.actors.affordance_server import (
+        RemoteAffordance,
+        make_affordance_server,
+    )
+    from groundplan.grounding import AFFORDANCES
 
     env = ENVS.get("kitchen")()
     task = env.tasks()[0]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from groundplan.config import EvalConfig, load_config
-from groundplan.errors import InvalidInputError, UnknownNameError
+from groundplan.core.errors import InvalidInputError, UnknownNameError
 from groundplan.pipelines.evaluate import validate_names
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))

@@ -9,11 +9,11 @@ import os
 import pytest
 
 from groundplan.config import EvalConfig
-from groundplan.errors import InvalidInputError, UnknownNameError
+from groundplan.core.errors import InvalidInputError, UnknownNameError
 from groundplan.pipelines import distributed
 from groundplan.pipelines.distributed import run_eval_ray
 from groundplan.pipelines.evaluate import run_eval
-from groundplan.traces import read_traces
+from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config
 
 ray = pytest.importorskip("ray")

@@ -6,12 +6,12 @@ import math
 import pytest
 
 from groundplan.cli import main
+from groundplan.config import PlannerSpec
 from groundplan.envs import ENVS
 from groundplan.envs.kitchen import task_by_id
-from groundplan.pipelines.evaluate import make_planner
-from groundplan.config import PlannerSpec
-from groundplan.runner import run_episode
-from groundplan.traces import read_traces
+from groundplan.factory import make_planner
+from groundplan.rollout.episode import run_episode
+from groundplan.rollout.traces import read_traces
 
 
 def test_saycan_episode_with_the_embedded_model(lm):

@@ -6,10 +6,11 @@ import json
 import pytest
 
 from groundplan.config import EvalConfig
-from groundplan.errors import InvalidInputError
-from groundplan.pipelines.evaluate import expand, make_env, run_eval
+from groundplan.core.errors import InvalidInputError
+from groundplan.factory import make_env
+from groundplan.pipelines.evaluate import expand, run_eval
 from groundplan.pipelines.summary import summarize
-from groundplan.traces import read_traces
+from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config
 
 
@@ -53,11 +54,11 @@ def test_summary_counts_match_traces(tmp_path):
 
 def test_expand_and_bad_selection(tmp_path):
     cfg = _cfg(tmp_path)
-    specs = expand(cfg, make_env(cfg))
+    specs = expand(cfg, make_env(cfg.env))
     assert len(specs) == 16 and len({s.episode_id for s in specs}) == 16
     bad = _cfg(tmp_path, tasks={"families": ["nl_nounz"]})
     with pytest.raises(InvalidInputError, match="valid: nl_single_primitive"):
-        expand(bad, make_env(bad))
+        expand(bad, make_env(bad.env))
 
 
 def test_grid_sweep_reports_each_grids_best_variant(tmp_path):

@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 
 from groundplan.config import EvalConfig
+from groundplan.factory import make_env
 from groundplan.pipelines.distributed import run_eval_ray
-from groundplan.pipelines.evaluate import expand, make_env
-from groundplan.traces import read_traces
+from groundplan.pipelines.evaluate import expand
+from groundplan.rollout.traces import read_traces
 from tests.fakes import slow_lm
 
 ray = pytest.importorskip("ray")
@@ -28,7 +29,7 @@ def _cfg(tmp_path) -> EvalConfig:
 
 
 def _check_exactly_once(cfg: EvalConfig, result) -> None:
-    wanted = sorted(s.episode_id for s in expand(cfg, make_env(cfg)))
+    wanted = sorted(s.episode_id for s in expand(cfg, make_env(cfg.env)))
     ids = Counter(t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl"))
     assert sorted(ids) == wanted and set(ids.values()) == {1}
     assert sorted(t.episode_id for t in result.traces) == wanted

@@ -5,18 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from groundplan.envs.base import Observation, Task
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Observation, Task
 from groundplan.envs.kitchen import KitchenEnv, task_by_id
-from groundplan.envs.kitchen.affordance import KitchenValueAffordance, LanguageSimAffordance
 from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.envs.kitchen.world import distance
-from groundplan.errors import InvalidInputError
-from groundplan.skills import AFFORDANCES
-from groundplan.skills.base import AffordanceSource
-from groundplan.skills.calibration import (
+from groundplan.grounding import AFFORDANCES
+from groundplan.grounding.base import AffordanceSource
+from groundplan.grounding.saycan import (
     DEFAULT_COMPLETED_CAP,
     PLACE_AFFORDANCE,
     TERMINATE_AFFORDANCE,
+    KitchenValueAffordance,
+    LanguageSimAffordance,
     cap_completed,
     distance_affordance,
     normalize_value,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from groundplan.core.errors import GroundplanError, InvalidInputError
 from groundplan.envs import ENVS
 from groundplan.envs.kitchen import KitchenEnv, task_by_id
 from groundplan.envs.kitchen.tasks import fetch, move, throw
 from groundplan.envs.kitchen.world import GRIPPER, OBJECT_BY_NAME, KitchenState
-from groundplan.errors import GroundplanError, InvalidInputError
 
 NOISELESS = dict(pick_failure_scale=0.0, nav_failure_prob=0.0, place_failure_prob=0.0)
 
@@ -244,17 +244,13 @@ def test_language_mode_never_fails_a_feasible_skill():
     (dict(nav_failure_prob=1.5), "nav_failure_prob"),
     (dict(mode="physics"), "mode"),
     (dict(pick_failure_scale=-1), "pick_failure_scale"),
-    (dict(completed_cap="lots"), "completed_cap"),
+    (dict(robot_start="kitchen"), "robot_start"),
 ])
 def test_bad_config_field_raises_an_error_naming_it(options, field):
     with pytest.raises(InvalidInputError, match=f"'{field}'"):
         KitchenEnv(**options)
 
 
-def test_make_affordance_matches_mode():
-    from groundplan.envs.kitchen.affordance import KitchenValueAffordance, LanguageSimAffordance
-
-    value = KitchenEnv(completed_cap=0.01, place_affordance="gripper").make_affordance()
-    assert isinstance(value, KitchenValueAffordance)
-    assert value.config.completed_cap == 0.01 and value.config.place_affordance == "gripper"
-    assert isinstance(KitchenEnv(mode="language").make_affordance(), LanguageSimAffordance)
+def test_default_affordance_matches_mode():
+    assert KitchenEnv().default_affordance() == "kitchen_value"
+    assert KitchenEnv(mode="language").default_affordance() == "kitchen_language_sim"

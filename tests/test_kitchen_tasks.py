@@ -6,11 +6,18 @@ from collections import Counter
 
 import pytest
 
-from groundplan.envs.kitchen import FAMILIES, SKILLS, TASKS, KitchenEnv, parse_skill, task_by_id
+from groundplan.core.errors import InvalidInputError, UnknownNameError
+from groundplan.envs.kitchen import (
+    FAMILIES,
+    SKILLS,
+    TASKS,
+    KitchenEnv,
+    parse_skill,
+    task_by_id,
+)
 from groundplan.envs.kitchen.skills import SkillCall, parse_skill_strict
 from groundplan.envs.kitchen.tasks import evaluate_goal, validate_goal
 from groundplan.envs.kitchen.world import CATEGORIES, LOCATIONS, OBJECTS, KitchenState
-from groundplan.errors import InvalidInputError, UnknownNameError
 
 TABLE_1 = ("nl_single_primitive", "nl_nouns", "nl_verbs", "structured", "embodiment", "crowd_sourced", "long_horizon")
 

@@ -5,8 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from groundplan.errors import InvalidInputError, MissingModelError, UnknownNameError
+from groundplan.core.errors import (
+    InvalidInputError,
+    MissingModelError,
+    UnknownNameError,
+)
 from groundplan.llm import load_llm
+from groundplan.llm.base import GenerationParams
 from groundplan.llm.prefix_cache import CacheEntry, PrefixCache
 
 PROMPT = (
@@ -112,7 +117,7 @@ def test_bad_options_raise(lm):
 
 def test_greedy_generation_matches_transformers_generate(lm):
     prompt = "Human: How would you bring me an orange?\nRobot: 1."
-    (ours,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=8)
+    (ours,) = lm.generate(prompt, GenerationParams(n=1, temperature=0.0, max_new_tokens=8))
     ids = lm.tokenizer(prompt, return_tensors="pt").input_ids
     with torch.inference_mode():
         out = lm.model.generate(ids, max_new_tokens=8, do_sample=False)
@@ -128,32 +133,32 @@ def test_repetition_penalty_matches_transformers_generate(lm):
     ids = lm.tokenizer(prompt, return_tensors="pt").input_ids
     texts = {}
     for penalty in (1.0, 1.8):
-        (ours,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=12, repetition_penalty=penalty)
+        (ours,) = lm.generate(prompt, GenerationParams(n=1, temperature=0.0, max_new_tokens=12, repetition_penalty=penalty))
         with torch.inference_mode():
             out = lm.model.generate(ids, max_new_tokens=12, do_sample=False, repetition_penalty=penalty)
         assert ours.text == lm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
         texts[penalty] = ours.text
     assert texts[1.0] != texts[1.8]  # the penalty changes what this prompt continues with
-    (step,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=12, stop=["\n"], repetition_penalty=1.8)
+    (step,) = lm.generate(prompt, GenerationParams(n=1, temperature=0.0, max_new_tokens=12, stop=("\n",), repetition_penalty=1.8))
     (plain,) = lm.score(prompt, [step.text])
     assert plain.num_tokens == step.num_tokens and abs(step.logprob_mean - plain.logprob_mean) < 1e-3
     with pytest.raises(InvalidInputError, match="repetition_penalty"):
-        lm.generate(prompt, repetition_penalty=0.0)
+        lm.generate(prompt, GenerationParams(repetition_penalty=0.0))
 
 
 def test_packed_samples_do_not_see_each_other(lm):
     """n samples share one packed sequence; with greedy decoding each must equal the lone greedy run."""
     prompt = "Human: How would you throw away a sponge?\nRobot: 1."
-    (one,) = lm.generate(prompt, n=1, temperature=0.0, max_new_tokens=10)
-    many = lm.generate(prompt, n=3, temperature=0.0, max_new_tokens=10)
+    (one,) = lm.generate(prompt, GenerationParams(n=1, temperature=0.0, max_new_tokens=10))
+    many = lm.generate(prompt, GenerationParams(n=3, temperature=0.0, max_new_tokens=10))
     assert [g.text for g in many] == [one.text] * 3
     assert all(abs(g.logprob_mean - one.logprob_mean) < 1e-4 for g in many)
 
 
 def test_generation_samples_stop_and_are_seeded(lm):
     prompt = "Human: How would you bring me an orange?\nRobot: 1."
-    a = lm.generate(prompt, n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=[",", "\n"], seed=3)
-    b = lm.generate(prompt, n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=[",", "\n"], seed=3)
+    a = lm.generate(prompt, GenerationParams(n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=(",", "\n"), seed=3))
+    b = lm.generate(prompt, GenerationParams(n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=(",", "\n"), seed=3))
     assert [g.text for g in a] == [g.text for g in b]
     assert len(a) == 4
     for g in a:

@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from groundplan.perception.object_lister import describe_objects, list_objects
-from groundplan.perception.scene_description import describe_progress, parse_goal_state, parse_subgoal
+from groundplan.perception.scene_description import (
+    describe_progress,
+    parse_goal_state,
+    parse_subgoal,
+)
 from groundplan.perception.success_detector import detect_success, placed_on
 
 LOC = {"top left corner": (0.65, 0.25)}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from groundplan.errors import MissingDependencyError, UnknownNameError
-from groundplan.registry import Registry
+from groundplan.core.errors import MissingDependencyError, UnknownNameError
+from groundplan.core.registry import Registry
 
 
 def test_unknown_name_lists_valid_names():

@@ -4,14 +4,14 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from fakes import FakeLM, ToyAffordance, ToyEnv
-from groundplan.envs.base import Task
-from groundplan.errors import InvalidInputError
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Task
 from groundplan.planners import PLANNERS
 from groundplan.planners.saycan import SayCanPlanner, load_prompt
-from groundplan.runner import run_episode
-from groundplan.traces import read_traces, write_traces
+from groundplan.rollout.episode import run_episode
+from groundplan.rollout.traces import read_traces, write_traces
 
 PLAN = (*ToyEnv.REFERENCE, "done")
 

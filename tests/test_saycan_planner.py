@@ -5,13 +5,19 @@ import math
 import warnings
 
 import pytest
-
 from fakes import FakeLM, FixedAffordance, ToyAffordance, ToyEnv
-from groundplan.envs.base import Observation, Task
-from groundplan.errors import InvalidInputError
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Observation, Task
 from groundplan.llm.base import LanguageModel
 from groundplan.planners import PLANNERS
-from groundplan.planners.saycan import GenerativePlanner, SayCanConfig, SayCanPlanner, available_prompts, load_prompt
+from groundplan.planners.saycan import (
+    GenerativePlanner,
+    SayCanConfig,
+    SayCanPlanner,
+    available_prompts,
+    load_prompt,
+)
 
 SKILLS = ToyEnv.SKILLS
 TASK = ToyEnv().tasks()[0]
@@ -194,7 +200,7 @@ def test_generative_projects_generated_text_to_the_nearest_skill() -> None:
     assert max(cosines, key=cosines.get) == "pick up the coke can"
     assert all(c.affordance is None and c.combined == c.llm for c in decision.candidates)
     assert lm.generate_calls[0] | {"prompt": None} == {
-        "prompt": None, "n": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 16, "stop": [",", "\n"], "seed": None,
+        "prompt": None, "n": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 16, "stop": (",", "\n"), "seed": None,
         "repetition_penalty": 1.0,
     }
     # second step: skill embeddings come from the cache, only the generated text is embedded

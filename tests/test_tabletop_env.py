@@ -9,11 +9,11 @@ pytest.importorskip("pybullet")
 
 import pybullet as pb  # noqa: E402
 
-from groundplan.envs.base import Task  # noqa: E402
+from groundplan.core.errors import InvalidInputError  # noqa: E402
+from groundplan.core.types import Task  # noqa: E402
 from groundplan.envs.tabletop import tasks as T  # noqa: E402
 from groundplan.envs.tabletop.env import TabletopEnv  # noqa: E402
 from groundplan.envs.tabletop.world import BLOCK_HALF, LOCATIONS  # noqa: E402
-from groundplan.errors import InvalidInputError  # noqa: E402
 
 QUIET = dict(pick_noise_std=0.0, place_noise_std=0.0, disturbance_prob=0.0, cameras=["top"], image_width=80, image_height=60)
 

@@ -7,19 +7,20 @@ import pytest
 
 pytest.importorskip("virtualhome_eval")
 
+from groundplan.core.errors import InvalidInputError  # noqa: E402
+from groundplan.core.measures import MEASURES  # noqa: E402
 from groundplan.envs import ENVS  # noqa: E402
 from groundplan.envs.virtualhome import dataset  # noqa: E402
 from groundplan.envs.virtualhome.actions import ParseError, Step  # noqa: E402
-from groundplan.envs.virtualhome.affordance import PreconditionAffordance  # noqa: E402
 from groundplan.envs.virtualhome.env import (  # noqa: E402
     VirtualHomeEnv,
     goals_met_at_start,
     normalised_lcs,
     scene_action_space,
 )
-from groundplan.errors import InvalidInputError  # noqa: E402
-from groundplan.skills import AFFORDANCES  # noqa: E402
-from groundplan.traces import EpisodeTrace, StepTrace  # noqa: E402
+from groundplan.grounding import AFFORDANCES  # noqa: E402
+from groundplan.grounding.virtualhome import PreconditionAffordance  # noqa: E402
+from groundplan.rollout.traces import EpisodeTrace, StepTrace  # noqa: E402
 
 #: dataset program whose reference grabs the same glass with both hands: the simulator refuses the
 #: second grab, so its HOLDS_LH goal cannot hold (a defect of the data, not of the wrapper)
@@ -191,7 +192,8 @@ def test_episode_metrics(env):
     assert m["executability"] == 0.0 and m["step_success"] == 0.5 and m["length"] == 2.0 and 0 < m["lcs"] < 1
     assert env.episode_metrics(task, _trace(task, []))["executability"] == 0.0
     assert normalised_lcs(["a", "b", "c"], [["a", "c"], ["x"]]) == pytest.approx(2 / 3)
-    assert env.summary_metrics == ["executability", "step_success", "goal_success", "lcs", "length"]
+    assert env.capabilities.table_measures == ("executability", "step_success", "goal_success", "lcs", "length")
+    assert set(env.capabilities.measures) <= set(MEASURES.names())
 
 
 def test_goals_met_from_the_start_are_not_test_tasks(env):

@@ -5,15 +5,24 @@ from typing import Sequence
 
 import numpy as np
 import pytest
-
 from fakes import FakeLM
-from groundplan.llm.action_index import action_embeddings, action_set_hash, clear_memory_cache
-from groundplan.envs.base import Observation, Task
-from groundplan.errors import InvalidInputError
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Observation, Task
+from groundplan.grounding.action_index import (
+    action_embeddings,
+    action_set_hash,
+    clear_memory_cache,
+)
 from groundplan.llm.base import Generation
 from groundplan.planners import PLANNERS
 from groundplan.planners.saycan import SayCanPlanner
-from groundplan.planners.zeroshot import make_vanilla, make_zeroshot, opening_prompt, parse_plan
+from groundplan.planners.zeroshot import (
+    make_vanilla,
+    make_zeroshot,
+    opening_prompt,
+    parse_plan,
+)
 
 SKILLS = ["walk to bedroom", "walk to kitchen", "switch on lamp", "switch on tv", "grab cup", "done"]
 DEMOS = [("Watch TV", ("walk to living room", "switch on tv")), ("Turn on light", ("walk to bedroom", "switch on lamp"))]
@@ -27,10 +36,9 @@ class SampleLM(FakeLM):
         super().__init__(**kw)
         self.rounds = [list(r) for r in rounds]
 
-    def generate(self, prompt, n=1, temperature=1.0, top_p=1.0, max_new_tokens=32, stop=None, seed=None,
-                 repetition_penalty=1.0):
-        super().generate(prompt, n, temperature, top_p, max_new_tokens, stop, seed, repetition_penalty)
-        samples = self.rounds.pop(0) if self.rounds else [("", -1.0)] * n
+    def generate(self, prompt, params):
+        super().generate(prompt, params)
+        samples = self.rounds.pop(0) if self.rounds else [("", -1.0)] * params.n
         return [Generation(t, lp, len(t.split()), "stop") for t, lp in samples]
 
 
@@ -76,7 +84,7 @@ def test_translation_appends_admissible_action_and_continues_numbering():
     assert decisions[0].info["samples"] == ["Switch on the lamp", "turn lamp on"]
     assert decisions[1].done and decisions[1].info["stop"] == "empty_samples"
     call = lm.generate_calls[0]
-    assert call["n"] == 2 and call["top_p"] == 0.9 and call["stop"] == ["\n"] and call["temperature"] == 0.3 and call["repetition_penalty"] == 1.2
+    assert call["n"] == 2 and call["top_p"] == 0.9 and call["stop"] == ("\n",) and call["temperature"] == 0.3 and call["repetition_penalty"] == 1.2
     assert planner.prompt.endswith("Task: Turn on lamp\nStep 1: Switch on lamp\nStep 2:")
     assert lm.generate_calls[1]["prompt"] == planner.prompt
     cands = decisions[0].candidates
@@ -188,7 +196,7 @@ def test_saycan_max_options_prefilters_by_similarity_and_keeps_done():
 def test_on_virtualhome_a_bad_step_is_a_failed_step_not_a_crash():
     pytest.importorskip("virtualhome_eval")
     from groundplan.envs.virtualhome.env import VirtualHomeEnv
-    from groundplan.runner import run_episode
+    from groundplan.rollout.episode import run_episode
 
     env = VirtualHomeEnv()
     task = next(t for t in env.tasks() if t.task_id == "11_1") if any(t.task_id == "11_1" for t in env.tasks()) else env.tasks()[0]

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.actors.scorer import DynamicBatcher
-from groundplan.envs.base import Observation, Task
-from groundplan.skills import AFFORDANCES
+from groundplan.core.types import Observation, Task
+from groundplan.grounding import AFFORDANCES
 
 
 class AffordanceServer:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from groundplan.envs.base import Observation, StepResult
+from groundplan.core.types import Observation, StepResult
 
 Detector = Callable[[Observation], Any]
 SuccessDetector = Callable[[Observation, str, StepResult], bool]

@@ -16,8 +16,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
-from groundplan.llm.base import Generation, OptionScore, ScoreRequest
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.envs.base import Env
+from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
 
 
 def _actor_died(exc: BaseException) -> bool:
@@ -72,11 +73,8 @@ class RemoteLM(_Guard):
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
         return self._get(self._next().score_batch.remote([(p, list(o)) for p, o in requests]))
 
-    def generate(self, prompt: str, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None,
-                 repetition_penalty: float = 1.0) -> list[Generation]:
-        return self._get(self._next().generate.remote(prompt, n, temperature, top_p, max_new_tokens,
-                                                      None if stop is None else list(stop), seed, repetition_penalty))
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        return self._get(self._next().generate.remote(prompt, params))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._get(self._next().embed.remote(list(texts))))
@@ -91,8 +89,7 @@ class RemoteEnv(_Guard, Env):
         info = info if info is not None else self._get(handle.info.remote())
         self.name = info["name"]
         self.done_skill = info["done_skill"]
-        self.can_replay = bool(info["can_replay"])
-        self.has_frames = bool(info.get("has_frames", False))
+        self.capabilities = info["capabilities"]
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
         return self._get(self.handle.tasks.remote(None if families is None else list(families)))
@@ -110,9 +107,9 @@ class RemoteEnv(_Guard, Env):
         return self._get(self.handle.episode_metrics.remote(task, trace))
 
     def frames(self) -> list[Any]:
-        return self._get(self.handle.frames.remote()) if self.has_frames else []
+        return self._get(self.handle.frames.remote()) if self.capabilities.cameras else []
 
     def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
-        if not self.can_replay:
+        if not self.capabilities.can_replay:
             raise NotImplementedError(f"env '{self.name}' cannot replay plans")
         return self._get(self.handle.check_plan.remote(task, seed, list(plan)))

@@ -16,8 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-from groundplan.errors import InvalidInputError
-from groundplan.llm.base import Generation, LanguageModel, OptionScore, ScoreRequest
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.base import (
+    Generation,
+    GenerationParams,
+    LanguageModel,
+    OptionScore,
+    ScoreRequest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -180,12 +186,9 @@ class LLMScorer:
     async def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
         return list(await asyncio.gather(*(self.score(p, o) for p, o in requests)))
 
-    async def generate(self, prompt: str, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-                       max_new_tokens: int = 32, stop: Sequence[str] | None = None,
-                       seed: int | None = None, repetition_penalty: float = 1.0) -> list[Generation]:
+    async def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         self._generate_calls += 1
-        return await asyncio.to_thread(self.lm.generate, prompt, n, temperature, top_p, max_new_tokens,
-                                       None if stop is None else list(stop), seed, repetition_penalty)
+        return await asyncio.to_thread(self.lm.generate, prompt, params)
 
     async def embed(self, texts: Sequence[str]):
         self._embed_calls += 1

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.envs import ENVS
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
+from groundplan.envs.base import Env
 
 
 class SimWorker:
@@ -25,8 +26,7 @@ class SimWorker:
         return {
             "name": env.name,
             "done_skill": env.done_skill,
-            "can_replay": type(env).check_plan is not Env.check_plan,
-            "has_frames": callable(getattr(env, "frames", None)),
+            "capabilities": env.capabilities,
             "worker_id": self.worker_id,
             "pid": os.getpid(),
             "episodes": self.episodes,
@@ -53,8 +53,7 @@ class SimWorker:
 
     def frames(self) -> list[Any]:
         """The env's recent camera frames (envs that render keep a few; others have none)."""
-        frames = getattr(self.env, "frames", None)
-        return list(frames()) if callable(frames) else []
+        return list(self.env.frames())
 
 
 def make_sim_worker(env_name: str, env_options: dict[str, Any] | None = None, worker_id: int = 0, *,

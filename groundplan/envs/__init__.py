@@ -1,5 +1,5 @@
 """Environments. ``ENVS.get(name)(**options)`` builds one; entries import their module on first use."""
-from groundplan.registry import Registry
+from groundplan.core.registry import Registry
 
 ENVS: Registry = Registry("env")
 ENVS.register_lazy("kitchen", "groundplan.envs.kitchen.env:KitchenEnv")

@@ -1,77 +1,37 @@
-"""Environment interface shared by every simulator (DESIGN.md, "Interfaces").
+"""Environment interface shared by every simulator (docs/architecture.md, "Environments").
 
 gymnasium-style: ``reset(task, seed)`` gives an observation, ``execute(skill)`` runs one skill given as
-text. Each env exposes its skill set (admissible skill labels) and its task set.
+text. Each env exposes its skill set (admissible skill labels) and its task set, and declares what else it
+can do in :class:`EnvCapabilities`, so callers never probe it with ``getattr``.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
+
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
 
 
 @dataclass(frozen=True)
-class Task:
-    """One instruction to plan for, with what is needed to judge the outcome.
+class EnvCapabilities:
+    """What an env declares about itself beyond the abstract methods."""
 
-    ``goal`` is env-specific data that the env's goal checker understands (e.g. predicates);
-    ``start_state`` optionally pins parts of the initial state (SayCan's "embodiment" family);
-    ``reference_plan`` is a known-good skill sequence when one exists.
-    """
-
-    task_id: str
-    instruction: str
-    family: str
-    goal: Any
-    start_state: dict[str, Any] | None = None
-    reference_plan: tuple[str, ...] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Observation:
-    """What a planner and its grounding functions may see after reset or a skill.
-
-    ``skills`` are the admissible skill labels now; ``state`` is env-specific structured state for
-    affordance/perception functions (the LLM never sees it unless a planner puts text in its prompt);
-    ``text`` is an optional scene description; ``images`` maps camera name → array;
-    ``admissible`` optionally masks ``skills`` to the ones this state admits.
-    """
-
-    skills: list[str]
-    state: Any = None
-    text: str = ""
-    images: dict[str, Any] = field(default_factory=dict)
-    #: optional boolean array aligned with ``skills``: which are admissible here (None = all). Envs
-    #: with one large shared skill list (VirtualHome's 40k steps over every object of the dataset)
-    #: mark the steps whose objects exist in this episode's scene, so the list (and its cached
-    #: embeddings) stays shared while planners only pick what the scene admits.
-    admissible: Any = None
-
-
-@dataclass
-class StepResult:
-    """Outcome of executing one skill: did it succeed, the feedback text, and the new observation."""
-
-    success: bool
-    feedback: str
-    observation: Observation
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class GoalResult:
-    """Goal check at the end of an episode: success and which goal predicates held or not."""
-
-    success: bool
-    satisfied: list[str] = field(default_factory=list)
-    unsatisfied: list[str] = field(default_factory=list)
+    #: :meth:`Env.check_plan` replays a plan noise-free (SayCan's plan success)
+    can_replay: bool = False
+    #: names (in :data:`groundplan.core.measures.MEASURES`) that :meth:`Env.episode_metrics` returns
+    measures: tuple[str, ...] = ()
+    #: the measures its summary table shows instead of plan/execution success (empty: the success table)
+    table_measures: tuple[str, ...] = ()
+    #: camera names of the frames :meth:`Env.frames` returns (empty: it renders nothing)
+    cameras: tuple[str, ...] = ()
 
 
 class Env(ABC):
     """Base class for environments. Subclasses register with ``groundplan.envs.ENVS``."""
 
     name: str = "env"
+    capabilities: EnvCapabilities = EnvCapabilities()
     #: skill label that ends an episode (SayCan's "done"); executing it changes nothing
     done_skill: str = "done"
 
@@ -100,5 +60,14 @@ class Env(ABC):
     def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
         """Plan success: replay ``plan`` from the episode's start state with execution noise turned
         off and check the goal. This operationalises SayCan's "plan success" (the right skills, in a
-        valid order) without human raters. Envs without a noise-free mode may not support it."""
+        valid order) without human raters. Only envs that declare ``capabilities.can_replay``."""
         raise NotImplementedError(f"{type(self).__name__} cannot replay plans")
+
+    def frames(self) -> list[Any]:
+        """Recent camera frames, ``{"step": int, "camera": str, "rgb": HxWx3 uint8}`` (envs that declare
+        ``capabilities.cameras``); the rollout saves the newest after each step."""
+        return []
+
+    def default_affordance(self) -> str | None:
+        """The registered affordance source that fits this env (``groundplan plan`` uses it), or None."""
+        return None

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from groundplan.core.registry import Registry
 from groundplan.llm.base import Generation, LanguageModel, OptionScore
-from groundplan.registry import Registry
 
 LLM_BACKENDS: Registry = Registry("LLM backend")
 LLM_BACKENDS.register_lazy("hf", "groundplan.llm.hf:HFLanguageModel")

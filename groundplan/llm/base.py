@@ -39,6 +39,36 @@ class Generation:
 ScoreRequest = tuple[str, Sequence[str]]
 
 
+@dataclass(frozen=True)
+class GenerationParams:
+    """How to decode: every backend, actor and fake takes this one object, so the decoding options are
+    written once. Invalid values raise :class:`~groundplan.core.errors.InvalidInputError` on creation.
+
+    ``temperature == 0`` is greedy; ``repetition_penalty`` > 1 discourages tokens already in the prompt
+    or sample (Hugging Face's CTRL rule; Zero-Shot Planners search it, Appendix A.1); ``stop`` cuts each
+    sample at the first stop string; ``seed`` makes sampling reproducible.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        from groundplan.core.errors import InvalidInputError
+
+        object.__setattr__(self, "stop", tuple(s for s in (self.stop or ()) if s))
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise InvalidInputError("generation needs n >= 1 and max_new_tokens >= 1")
+        if self.temperature < 0 or not (0 < self.top_p <= 1):
+            raise InvalidInputError("generation needs temperature >= 0 and 0 < top_p <= 1")
+        if not self.repetition_penalty > 0:
+            raise InvalidInputError("generation needs repetition_penalty > 0 (1.0: none)")
+
+
 @runtime_checkable
 class LanguageModel(Protocol):
     """Synchronous, batched LM operations. Implementations must be deterministic for ``score``."""
@@ -53,19 +83,8 @@ class LanguageModel(Protocol):
         """Several (prompt, options) requests in one pass; each gets back only its own scores."""
         ...
 
-    def generate(
-        self,
-        prompt: str,
-        n: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-        repetition_penalty: float = 1.0,
-    ) -> list[Generation]:
-        """``n`` samples (greedy when ``temperature == 0``), each cut at the first stop string;
-        ``repetition_penalty`` > 1 discourages tokens already in the prompt or sample (Hugging Face's)."""
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        """``params.n`` samples after ``prompt``, decoded as ``params`` says."""
         ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from groundplan.errors import InvalidInputError
-from groundplan.llm.base import Generation, OptionScore, ScoreRequest
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
 from groundplan.llm.embeddings import SentenceEmbedder
 from groundplan.llm.loading import DEFAULT_EMBEDDER, DEFAULT_LLM, load_causal_lm
 from groundplan.llm.prefix_cache import CacheEntry, PrefixCache
@@ -328,17 +328,7 @@ class HFLanguageModel:
         return results
 
     @torch.inference_mode()
-    def generate(
-        self,
-        prompt: str,
-        n: int = 1,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 32,
-        stop: Sequence[str] | None = None,
-        seed: int | None = None,
-        repetition_penalty: float = 1.0,
-    ) -> list[Generation]:
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         """``n`` samples decoded together over the cached prompt: the samples are packed side by side
         in one sequence (each attends to the prompt and its own tokens), so the prompt's key/values
         are never copied per sample. ``temperature == 0`` is greedy. Log-probs are the model's own
@@ -348,13 +338,8 @@ class HFLanguageModel:
         of every token already in the prompt or in the sample is divided by it when positive and
         multiplied by it when negative; Zero-Shot Planners search it over {1.0, 1.2, 1.5, 1.8} for
         Hugging Face models (Appendix A.1)."""
-        if n < 1 or max_new_tokens < 1:
-            raise InvalidInputError("generate() needs n >= 1 and max_new_tokens >= 1")
-        if temperature < 0 or not (0 < top_p <= 1):
-            raise InvalidInputError("generate() needs temperature >= 0 and 0 < top_p <= 1")
-        if not repetition_penalty > 0:
-            raise InvalidInputError("generate() needs repetition_penalty > 0 (1.0: none)")
-        stop = [s for s in (stop or []) if s]
+        n, temperature, top_p, max_new_tokens = params.n, params.temperature, params.top_p, params.max_new_tokens
+        stop, seed, repetition_penalty = list(params.stop), params.seed, params.repetition_penalty
         ctx = self._encode(prompt)
         if len(ctx) == 0:
             raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")

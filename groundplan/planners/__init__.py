@@ -1,5 +1,5 @@
 """Planners, one module per paper. ``PLANNERS.get(name)(lm=..., affordance=..., **options)``."""
-from groundplan.registry import Registry
+from groundplan.core.registry import Registry
 
 PLANNERS: Registry = Registry("planner")
 PLANNERS.register_lazy("saycan", "groundplan.planners.saycan:make_saycan")

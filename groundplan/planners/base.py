@@ -6,22 +6,8 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
 
-from groundplan.envs.base import Observation, StepResult, Task
-from groundplan.traces import CandidateScore
-
-
-@dataclass
-class Decision:
-    """The next skill (or done) and the scores that led to it."""
-
-    skill: str
-    done: bool
-    candidates: list[CandidateScore] = field(default_factory=list)
-    prompt_delta: str = ""  # text the planner appended to its prompt for this step
-    info: dict[str, Any] = field(default_factory=dict)
+from groundplan.core.types import Decision, Observation, StepResult, Task
 
 
 class Planner(ABC):
@@ -41,23 +27,3 @@ class Planner(ABC):
     def prompt(self) -> str:
         """The full prompt so far (for traces)."""
         return ""
-
-
-#: longest instruction accepted; SayCan-style prompts are a few hundred tokens, an instruction far
-#: longer than any in the task sets is almost certainly a mistake (a pasted file, a wrong field)
-MAX_INSTRUCTION_CHARS = 1000
-
-
-def validate_instruction(instruction: str, max_chars: int = MAX_INSTRUCTION_CHARS) -> str:
-    """Refuse empty or over-long instructions with a clear message; return the stripped text."""
-    from groundplan.errors import InvalidInputError
-
-    if not isinstance(instruction, str) or not instruction.strip():
-        raise InvalidInputError("the instruction is empty: say what the robot should do, e.g. 'bring me a coke can'")
-    text = instruction.strip()
-    if len(text) > max_chars:
-        raise InvalidInputError(
-            f"the instruction is {len(text)} characters long; the limit is {max_chars}. Shorten it or raise "
-            "max_instruction_chars in the planner config."
-        )
-    return text

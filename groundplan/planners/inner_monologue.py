@@ -43,9 +43,21 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from groundplan.envs.base import Observation, StepResult, Task
-from groundplan.errors import InvalidInputError
-from groundplan.llm.base import LanguageModel
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import (
+    CandidateScore,
+    Decision,
+    Observation,
+    StepResult,
+    Task,
+)
+from groundplan.core.validation import (
+    MAX_INSTRUCTION_CHARS,
+    validate_instruction,
+    validate_options,
+)
+from groundplan.grounding.base import AffordanceSource
+from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.perception.object_lister import describe_objects
 from groundplan.perception.scene_description import (
     SubGoal,
@@ -55,11 +67,8 @@ from groundplan.perception.scene_description import (
     parse_subgoal,
 )
 from groundplan.perception.success_detector import detect_success
-from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
+from groundplan.planners.base import Planner
 from groundplan.planners.saycan import load_prompt
-from groundplan.skills.base import AffordanceSource
-from groundplan.traces import CandidateScore
-from groundplan.validation import validate_options
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +297,7 @@ class InnerMonologuePlanner(Planner):
 
     # -------------------------------------------------------------------------------- generation
     def _generate(self, max_new_tokens: int) -> str:
-        g = self.lm.generate(self._prompt, n=1, temperature=0.0, max_new_tokens=max_new_tokens, stop=["\n"])[0]
+        g = self.lm.generate(self._prompt, GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=("\n",)))[0]
         return g.text.split("\n", 1)[0].strip()
 
     def _append(self, text: str) -> None:

@@ -30,14 +30,23 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from groundplan.envs.base import Observation, StepResult, Task
-from groundplan.errors import InvalidInputError
-from groundplan.llm.action_index import ActionIndex, unit_rows
-from groundplan.llm.base import LanguageModel
-from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
-from groundplan.skills.base import AffordanceSource
-from groundplan.traces import CandidateScore
-from groundplan.validation import build_config
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import (
+    CandidateScore,
+    Decision,
+    Observation,
+    StepResult,
+    Task,
+)
+from groundplan.core.validation import (
+    MAX_INSTRUCTION_CHARS,
+    build_config,
+    validate_instruction,
+)
+from groundplan.grounding.action_index import ActionIndex, unit_rows
+from groundplan.grounding.base import AffordanceSource
+from groundplan.llm.base import GenerationParams, LanguageModel
+from groundplan.planners.base import Planner
 
 logger = logging.getLogger(__name__)
 
@@ -381,9 +390,8 @@ class GenerativePlanner(DialogPlanner):
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
         """Generate one step, project it to the nearest admissible skill, amend the prompt with it."""
         skills = self._admissible(observation)
-        generation = self.lm.generate(
-            self._prompt, n=1, temperature=0.0, max_new_tokens=self.config.max_new_tokens, stop=list(GENERATIVE_STOP)
-        )[0]
+        params = GenerationParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens, stop=GENERATIVE_STOP)
+        generation = self.lm.generate(self._prompt, params)[0]
         text = generation.text.strip().rstrip(".").strip()
         info: dict[str, Any] = {"generated": generation.text, "finish_reason": generation.finish_reason}
         if not text:

@@ -40,13 +40,23 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.envs.base import Observation, StepResult, Task
-from groundplan.errors import InvalidInputError
-from groundplan.llm.action_index import ActionIndex, unit_rows
-from groundplan.llm.base import LanguageModel
-from groundplan.planners.base import MAX_INSTRUCTION_CHARS, Decision, Planner, validate_instruction
-from groundplan.traces import CandidateScore
-from groundplan.validation import build_config
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import (
+    CandidateScore,
+    Decision,
+    Observation,
+    StepResult,
+    Task,
+)
+from groundplan.core.validation import (
+    MAX_INSTRUCTION_CHARS,
+    build_config,
+    validate_instruction,
+)
+from groundplan.grounding.action_index import ActionIndex, unit_rows
+from groundplan.grounding.zeroshot import translation_scores
+from groundplan.llm.base import GenerationParams, LanguageModel
+from groundplan.planners.base import Planner
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +248,13 @@ class _ZeroShotBase(Planner):
         if self._finished:
             raise RuntimeError(f"{type(self).__name__} already finished its plan; call reset first")
 
+    def _params(self, stop: tuple[str, ...]) -> GenerationParams:
+        """The sampling of Sec. 3.5 / A.1 with this config's grid values and this step's seed."""
+        cfg = self.config
+        return GenerationParams(n=cfg.num_samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                                max_new_tokens=cfg.max_new_tokens, stop=stop, seed=self._seed(),
+                                repetition_penalty=cfg.repetition_penalty)
+
     def _seed(self) -> int:
         return (self.config.seed * 1_000_003 + self._episode_seed * 1009 + len(self._history)) % (2**31)
 
@@ -278,9 +295,7 @@ class ZeroShotPlanner(_ZeroShotBase):
         cfg = self.config
         if len(self._history) >= cfg.max_steps:
             return self._done("max_steps")
-        gens = self.lm.generate(self._prompt, n=cfg.num_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens, stop=["\n"], seed=self._seed(),
-                                repetition_penalty=cfg.repetition_penalty)
+        gens = self.lm.generate(self._prompt, self._params(stop=("\n",)))
         samples = [clean_sample(g.text) for g in gens]
         info: dict[str, Any] = {"samples": samples, "sample_logprobs": [float(g.logprob_mean) for g in gens]}
         if sum(1 for s in samples if not s) > len(samples) / 2:
@@ -301,7 +316,8 @@ class ZeroShotPlanner(_ZeroShotBase):
         vecs = unit_rows(np.asarray(self.lm.embed(texts), dtype=np.float32))
         t1 = time.perf_counter()
         previous = self._history[-1] if self._history else None
-        best, cos, which = index.translate(vecs, lps, cfg.beta, previous, cfg.repeat_penalty, observation.admissible)
+        best, cos, which = translation_scores(index, vecs, lps, cfg.beta, previous, cfg.repeat_penalty,
+                                             observation.admissible)
         top = int(np.argmax(best))
         info.update({"translation_ms": 1000 * (time.perf_counter() - t1), "embed_ms": 1000 * (t1 - t0),
                      "score": float(best[top]), "cosine": float(cos[top]), "from_sample": texts[int(which[top])]})
@@ -349,9 +365,7 @@ class VanillaPlanner(_ZeroShotBase):
 
     def _reset_plan(self, task: Task, observation: Observation) -> None:
         cfg = self.config
-        gens = self.lm.generate(self._prompt, n=cfg.num_samples, temperature=cfg.temperature, top_p=cfg.top_p,
-                                max_new_tokens=cfg.max_new_tokens, stop=["\n\n", "\nTask:"], seed=self._seed(),
-                                repetition_penalty=cfg.repetition_penalty)
+        gens = self.lm.generate(self._prompt, self._params(stop=("\n\n", "\nTask:")))
         best = max(range(len(gens)), key=lambda j: gens[j].logprob_mean)  # first of the best on ties
         self._plan = parse_plan(gens[best].text)[: cfg.max_steps]
         self._info = {"plan_text": gens[best].text, "logprob": float(gens[best].logprob_mean),

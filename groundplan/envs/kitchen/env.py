@@ -23,8 +23,21 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
-from groundplan.envs.kitchen.skills import BRING, DONE, FIND, GO_TO, PICK, PLACE, SKILLS, parse_skill, unknown_skill_message
+from groundplan.core.errors import GroundplanError, InvalidInputError
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.core.validation import validate_options
+from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.kitchen.skills import (
+    BRING,
+    DONE,
+    FIND,
+    GO_TO,
+    PICK,
+    PLACE,
+    SKILLS,
+    parse_skill,
+    unknown_skill_message,
+)
 from groundplan.envs.kitchen.tasks import evaluate_goal, tasks_for
 from groundplan.envs.kitchen.world import (
     GRIPPER,
@@ -39,9 +52,6 @@ from groundplan.envs.kitchen.world import (
     describe,
     simulated_pick_value,
 )
-from groundplan.errors import GroundplanError, InvalidInputError
-from groundplan.validation import validate_options
-from groundplan.skills.calibration import DEFAULT_COMPLETED_CAP
 
 logger = logging.getLogger(__name__)
 
@@ -65,16 +75,6 @@ class KitchenConfig(BaseModel):
                                     "fails, leaving the robot where it was.")
     place_failure_prob: float = Field(0.0, ge=0.0, le=1.0, description="Chance that put down fails, leaving the "
                                       "object in the gripper (the paper's place is a scripted, reliable policy).")
-    completed_cap: float = Field(
-        DEFAULT_COMPLETED_CAP, ge=0.0, le=1.0,
-        description="Affordance cap for skills already completed (Sec. 5.1, C.1; the paper gives no value). "
-        "Used by the affordance source that make_affordance() builds.",
-    )
-    place_affordance: Literal["always", "gripper"] = Field(
-        "always",
-        description="'always': place affordance 1.0 (App. C.1, default); 'gripper': 1.0 only for the held object "
-        "(Sec. 5.1 'an affordance based on the gripper state'), else 0.",
-    )
     robot_start: Literal["user", "random"] = Field(
         "user", description="Where the robot starts unless the task pins it: at the user, or a random location."
     )
@@ -200,8 +200,8 @@ class KitchenEnv(Env):
 
     name = "kitchen"
     done_skill = "done"
+    capabilities = EnvCapabilities(can_replay=True)
 
-    @property
     def default_affordance(self) -> str:
         """The registered affordance source that fits this env's mode (used by ``groundplan plan``)."""
         return "kitchen_language_sim" if self.config.mode == "language" else "kitchen_value"
@@ -230,17 +230,6 @@ class KitchenEnv(Env):
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
         return tasks_for(families)
-
-    def make_affordance(self) -> Any:
-        """The :attr:`default_affordance` source built with this env's options: C.1 value affordances
-        (with this config's ``completed_cap`` and ``place_affordance``) in physical mode, the C.2
-        language-based simulator in language mode."""
-        from groundplan.skills import AFFORDANCES
-
-        options: dict[str, Any] = {}
-        if self.config.mode != "language":
-            options = {"completed_cap": self.config.completed_cap, "place_affordance": self.config.place_affordance}
-        return AFFORDANCES.get(self.default_affordance)(**options)
 
     # --------------------------------------------------------------- episode
     def initial_state(self, task: Task, seed: int) -> KitchenState:

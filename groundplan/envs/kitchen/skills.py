@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from groundplan.core.errors import InvalidInputError
 from groundplan.envs.kitchen.world import LOCATION_NAMES, OBJECT_BY_NAME, OBJECTS, USER
-from groundplan.errors import InvalidInputError
 
 FIND, GO_TO, PICK, PLACE, BRING, DONE = "find", "go_to", "pick", "place", "bring", "done"
 VERBS: tuple[str, ...] = (FIND, GO_TO, PICK, PLACE, BRING, DONE)

@@ -24,8 +24,16 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence, Union
 
-from groundplan.envs.base import GoalResult, Task
-from groundplan.envs.kitchen.skills import BRING_LABEL, DONE_LABEL, find_label, go_to_label, pick_label, place_label
+from groundplan.core.errors import InvalidInputError, UnknownNameError
+from groundplan.core.types import GoalResult, Task
+from groundplan.envs.kitchen.skills import (
+    BRING_LABEL,
+    DONE_LABEL,
+    find_label,
+    go_to_label,
+    pick_label,
+    place_label,
+)
 from groundplan.envs.kitchen.world import (
     CATEGORIES,
     GRIPPER,
@@ -35,7 +43,6 @@ from groundplan.envs.kitchen.world import (
     USER,
     KitchenState,
 )
-from groundplan.errors import InvalidInputError, UnknownNameError
 
 Predicate = tuple[Any, ...]
 Clause = tuple[Predicate, ...]

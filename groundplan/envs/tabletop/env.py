@@ -28,8 +28,17 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
-from groundplan.envs.tabletop.tasks import FAMILIES, Geometry, check, layout_of, tasks_for
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.core.validation import validate_options
+from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.tabletop.tasks import (
+    FAMILIES,
+    Geometry,
+    check,
+    layout_of,
+    tasks_for,
+)
 from groundplan.envs.tabletop.world import (
     BLOCK_HALF,
     BOWL_FLOOR,
@@ -41,10 +50,8 @@ from groundplan.envs.tabletop.world import (
     bowl_name,
     is_bowl,
 )
-from groundplan.errors import InvalidInputError
 from groundplan.perception.object_lister import list_objects
 from groundplan.perception.success_detector import SUCCESS_RADIUS, detect_success
-from groundplan.validation import validate_options
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +118,11 @@ class TabletopEnv(Env):
 
     name = "tabletop"
     done_skill = DONE
-    default_affordance = "tabletop_detected"
+    capabilities = EnvCapabilities(
+        measures=("picks", "grasp_failures", "disturbances", "detected_successes", "sim_steps"), cameras=("top",))
+
+    def default_affordance(self) -> str:
+        return "tabletop_detected"
 
     def __init__(self, **options: Any) -> None:
         self.config: TabletopConfig = validate_options(TabletopConfig, options, "tabletop env options")

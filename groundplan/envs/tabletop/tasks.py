@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from groundplan.envs.base import GoalResult, Task
+from groundplan.core.types import GoalResult, Task
 from groundplan.envs.tabletop.world import (
     BLOCK_HALF,
     BOWL_FLOOR,

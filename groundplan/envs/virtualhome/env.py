@@ -12,7 +12,7 @@
   inadmissible or unexecutable step is a failed :class:`StepResult` whose feedback is the reason.
 - Goals: node, edge and action goals checked against the final state.
 - :meth:`VirtualHomeEnv.episode_metrics`: executability, goal success, LCS against the reference
-  programs and plan length (the paper's Sec. 4 metrics); ``summary_metrics`` names them for tables.
+  programs and plan length (the paper's Sec. 4 metrics); ``capabilities`` declares them for tables.
 
 ``Observation.state`` is a picklable :class:`VirtualHomeSnapshot` (the simulator state and the
 character id) whose :meth:`~VirtualHomeSnapshot.check` runs a step on it without changing it; the
@@ -24,7 +24,6 @@ import collections
 import functools
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
@@ -32,11 +31,16 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.envs.base import Env, GoalResult, Observation, StepResult, Task
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.core.validation import validate_options
+from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.virtualhome import dataset
 from groundplan.envs.virtualhome import simulator as sim
-from groundplan.envs.virtualhome.actions import STRUCTURAL_CATEGORIES, ActionSpace, ParseError
-from groundplan.validation import validate_options
+from groundplan.envs.virtualhome.actions import (
+    STRUCTURAL_CATEGORIES,
+    ActionSpace,
+    ParseError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +111,7 @@ def _scene_cache_path(kind: str) -> Any:
     """A file of facts derived from the installed dataset, keyed by the package version."""
     from importlib.metadata import version
 
-    from groundplan.llm.loading import cache_dir
+    from groundplan.core.paths import cache_dir
 
     return cache_dir() / "virtualhome" / f"{kind}-scene{dataset.SCENE}-{version('virtualhome_eval')}.json"
 
@@ -121,10 +125,9 @@ def _cached_json(kind: str, build: Callable[[], Any]) -> Any:
         pass
     out = build()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(out))
-        tmp.replace(path)
+        from groundplan.core.paths import atomic_write_text
+
+        atomic_write_text(path, json.dumps(out))
     except OSError as exc:
         logger.warning("could not cache the VirtualHome %s: %s", kind, exc)
     return out
@@ -212,7 +215,10 @@ class VirtualHomeEnv(Env):
     """VirtualHome scene 1 with the evolving-graph simulator; see the module docstring."""
 
     name = "virtualhome"
-    summary_metrics = list(SUMMARY_METRICS)
+    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS)
+
+    def default_affordance(self) -> str:
+        return "virtualhome_preconditions"
 
     def __init__(self, **options: Any) -> None:
         self.config = validate_options(VirtualHomeConfig, options, "virtualhome env options")

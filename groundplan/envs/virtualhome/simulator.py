@@ -117,8 +117,14 @@ def execute_line(state: Any, line: str) -> tuple[bool, Any, str]:
     The same calls as ``MotionPlanner.my_execute_primitive_action_eval``; an exception from the
     package (an unknown id, an action without executor) becomes a failure with its message.
     """
-    from virtualhome_eval.simulation.evolving_graph.execution import ExecutionInfo, ScriptExecutor
-    from virtualhome_eval.simulation.evolving_graph.scripts import Script, parse_script_line
+    from virtualhome_eval.simulation.evolving_graph.execution import (
+        ExecutionInfo,
+        ScriptExecutor,
+    )
+    from virtualhome_eval.simulation.evolving_graph.scripts import (
+        Script,
+        parse_script_line,
+    )
 
     info = ExecutionInfo(eval_mode=True)
     try:

@@ -14,9 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from groundplan.envs.base import Observation
-from groundplan.errors import InvalidInputError
-from groundplan.skills.base import Affordance
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Observation
+from groundplan.grounding.base import Affordance
 
 
 class PreconditionAffordance(Affordance):

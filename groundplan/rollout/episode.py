@@ -18,10 +18,11 @@ import logging
 import time
 from typing import Callable
 
-from groundplan.envs.base import Env, Observation, Task
-from groundplan.errors import InvalidInputError
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Observation, Task
+from groundplan.envs.base import Env
 from groundplan.planners.base import Planner
-from groundplan.traces import EpisodeTrace, StepTrace
+from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 #: ``on_step(trace, step, env)``: called after reset (``step=None``) and after each step is recorded (and
 #: executed, unless it is the done decision); e.g. :func:`groundplan.report.frame_saver` saves env frames
@@ -161,7 +162,7 @@ def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, t
 
 def _judge(trace: EpisodeTrace, env: Env, task: Task, seed: int, error: str | None, require_termination: bool) -> None:
     """Fill in execution success, plan success and goal details; an error fails the episode."""
-    can_replay = type(env).check_plan is not Env.check_plan
+    can_replay = env.capabilities.can_replay
     if error is None and task.goal is None:  # an ad-hoc instruction (``groundplan plan``): nothing to judge
         trace.plan_success = None
         trace.goal_details = {"note": "no goal: the task has no goal predicate"}

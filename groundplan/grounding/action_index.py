@@ -8,6 +8,7 @@ cached under ``cache_dir()/embeddings``, keyed by the encoder's name and a hash 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import re
 import threading
@@ -17,6 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+from groundplan.core.paths import atomic_write_bytes, cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +40,6 @@ def action_set_hash(labels: Sequence[str]) -> str:
 
 
 def embeddings_dir() -> Path:
-    from groundplan.llm.loading import cache_dir
-
     return cache_dir() / "embeddings"
 
 
@@ -90,11 +91,9 @@ def action_embeddings(lm: Any, labels: Sequence[str], *, use_disk: bool = True, 
         logger.info("embedded %d actions with %s in %.1f s", len(labels), model, time.perf_counter() - t0)
         if use_disk:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + f".{threading.get_ident()}.tmp")
-                with open(tmp, "wb") as f:
-                    np.save(f, matrix)
-                tmp.replace(path)
+                buffer = io.BytesIO()
+                np.save(buffer, matrix)
+                atomic_write_bytes(path, buffer.getvalue())
             except OSError as exc:
                 logger.warning("could not cache action embeddings at %s: %s", path, exc)
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
@@ -121,33 +120,11 @@ class ActionIndex:
         self.matrix = action_embeddings(lm, self.labels)
         # torch shares the array's memory; its GEMM is ~3x faster than numpy's for this (40k x 384)
         # by (384 x k) product, which is memory-bound and dominates a translation step
-        self._matrix_t = torch.from_numpy(self.matrix)
-        self._position = {label: i for i, label in enumerate(self.labels)}
+        self.matrix_t = torch.from_numpy(self.matrix)
+        self.position = {label: i for i, label in enumerate(self.labels)}
 
     def label_mask(self, admissible: Any) -> np.ndarray | None:
         """An ``Observation.admissible`` mask (aligned with the skill list) restricted to ``labels``."""
         if admissible is None:
             return None
         return np.asarray(admissible, dtype=bool)[self.positions]
-
-    def translate(
-        self, sample_vectors: np.ndarray, logprobs: np.ndarray, beta: float, previous: str | None, penalty: float,
-        admissible: Any = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Best score of every action over the samples, the cosine and the sample achieving it:
-        ``max_s cos(f(s), f(a)) + β·P(s)`` minus ``penalty`` for the previous action; actions that
-        ``admissible`` (an ``Observation.admissible`` mask) rules out score -inf."""
-        samples = torch.from_numpy(np.ascontiguousarray(sample_vectors, dtype=np.float32))
-        cos = self._matrix_t @ samples.T  # (actions, samples)
-        scores = cos + beta * torch.from_numpy(np.asarray(logprobs, dtype=np.float32))[None, :]
-        best_t, best_sample_t = scores.max(dim=1)
-        best = best_t.numpy()
-        best_sample = best_sample_t.numpy()
-        if previous is not None and penalty:
-            i = self._position.get(previous)
-            if i is not None:
-                best[i] -= penalty
-        mask = self.label_mask(admissible)
-        if mask is not None:
-            best[~mask] = -np.inf
-        return best, cos.gather(1, best_sample_t[:, None])[:, 0].numpy(), best_sample

@@ -10,20 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-
-@dataclass
-class CandidateScore:
-    """One option considered at a step with every score component (SayCan Fig. 7's three bars).
-
-    ``llm`` is log p_LLM, ``affordance`` is p_affordance in [0, 1] (None when not used) and
-    ``combined`` is what the planner ranked by (log-space).
-    """
-
-    skill: str
-    llm: float
-    affordance: float | None
-    combined: float
-    extra: dict[str, Any] = field(default_factory=dict)
+from groundplan.core.types import CandidateScore
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from groundplan.envs.base import Observation, Task
+from groundplan.core.types import Observation, Task
 
 
 @runtime_checkable

@@ -8,11 +8,11 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.envs.base import Observation
+from groundplan.core.types import Observation
+from groundplan.core.validation import validate_options
 from groundplan.envs.tabletop.env import DONE, parse_skill
 from groundplan.envs.tabletop.world import LOCATIONS
-from groundplan.skills.base import Affordance
-from groundplan.validation import validate_options
+from groundplan.grounding.base import Affordance
 
 
 class DetectedObjectConfig(BaseModel):

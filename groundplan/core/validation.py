@@ -5,7 +5,7 @@ from typing import Any, Mapping, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from groundplan.errors import InvalidInputError
+from groundplan.core.errors import InvalidInputError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,3 +46,21 @@ def build_config(cls: type[M], config: M | Mapping[str, Any] | None, overrides: 
         raise InvalidInputError(f"config must be a {cls.__name__} or a mapping, not {type(config).__name__}")
     data.update(overrides)
     return validate_options(cls, data)
+
+
+#: longest instruction accepted; SayCan-style prompts are a few hundred tokens, an instruction far
+#: longer than any in the task sets is almost certainly a mistake (a pasted file, a wrong field)
+MAX_INSTRUCTION_CHARS = 1000
+
+
+def validate_instruction(instruction: str, max_chars: int = MAX_INSTRUCTION_CHARS) -> str:
+    """Refuse empty or over-long instructions with a clear message; return the stripped text."""
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise InvalidInputError("the instruction is empty: say what the robot should do, e.g. 'bring me a coke can'")
+    text = instruction.strip()
+    if len(text) > max_chars:
+        raise InvalidInputError(
+            f"the instruction is {len(text)} characters long; the limit is {max_chars}. Shorten it or raise "
+            "max_instruction_chars in the planner config."
+        )
+    return text

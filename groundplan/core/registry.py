@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
-from groundplan.errors import MissingDependencyError, UnknownNameError
+from groundplan.core.errors import MissingDependencyError, UnknownNameError
 
 T = TypeVar("T")
 

@@ -1,0 +1,15 @@
+"""Grounding: everything that scores a skill's feasibility or value in the current state.
+
+SayCan's calibrated affordances (``saycan``), the tabletop's detected-object affordance (``tabletop``),
+VirtualHome's simulator preconditions (``virtualhome``), and Zero-Shot Planners' translation to
+admissible actions (``action_index``, ``zeroshot``). Each paper's formulas live in the module named
+after the paper.
+"""
+from groundplan.core.registry import Registry
+
+#: affordance-source factories by name: ``AFFORDANCES.get(name)(**options) -> AffordanceSource``
+AFFORDANCES: Registry = Registry("affordance")
+AFFORDANCES.register_lazy("kitchen_value", "groundplan.grounding.saycan:KitchenValueAffordance")
+AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.grounding.saycan:LanguageSimAffordance")
+AFFORDANCES.register_lazy("tabletop_detected", "groundplan.grounding.tabletop:DetectedObjectAffordance", install="pip install 'groundplan[tabletop]'")
+AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.grounding.virtualhome:PreconditionAffordance", install="pip install --no-deps virtualhome-eval==0.1.1")

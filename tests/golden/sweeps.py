@@ -1,0 +1,68 @@
+"""The fixed small sweeps whose traces must not change under refactoring (issue 9's check).
+
+One small sweep per shipped config, fixed seeds, the real embedded model, in-process. ``records`` reduces
+a trace to what a refactor must keep: the chosen skills, every candidate's score components, each step's
+success, and the outcome. ``expected_<name>.json`` beside this file was recorded before the restructure.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CONFIGS = HERE.parents[1] / "configs"
+
+#: config file -> overrides that shrink it to a few episodes (planner lists are replaced, not grids)
+SWEEPS: dict[str, dict[str, Any]] = {
+    "saycan_kitchen": {"tasks": {"families": ["nl_single_primitive", "long_horizon"], "per_family": 1}, "seeds": [0],
+                       "max_steps": 5},
+    "inner_monologue_tabletop": {
+        "tasks": {"per_family": 1, "families": ["pick_and_place"]}, "seeds": [0], "max_steps": 4,
+        "planners": [
+            {"name": "inner_monologue", "label": "+Object+Scene", "options": {"feedback": ["object", "scene"]}},
+            {"name": "saycan", "label": "SayCan", "affordance": "tabletop_detected", "options": {"prompt": "saycan_tabletop"}},
+        ],
+    },
+    "zeroshot_virtualhome": {
+        "tasks": {"ids": ["26_1", "158_1"]}, "seeds": [0], "max_steps": 4,
+        "planners": [
+            {"name": "zeroshot_vanilla", "label": "Vanilla", "options": {"num_samples": 4, "temperature": 0.3}},
+            {"name": "zeroshot", "label": "Translated", "options": {"num_samples": 4, "temperature": 0.3, "epsilon": 0.4}},
+            {"name": "saycan", "label": "SayCan", "affordance": "virtualhome_preconditions",
+             "options": {"prompt": "saycan_virtualhome", "max_options": 30}},
+        ],
+    },
+}
+
+
+def sweep_config(name: str, output_dir: str) -> dict[str, Any]:
+    """The shrunk config of ``name`` as a plain mapping (validate it with the current config loader)."""
+    data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+    data.update(SWEEPS[name])
+    data["output_dir"] = output_dir
+    return data
+
+
+def _num(x: Any) -> Any:
+    if isinstance(x, float) and math.isinf(x):
+        return "-inf" if x < 0 else "inf"
+    return x
+
+
+def records(traces: list[Any]) -> list[dict[str, Any]]:
+    """What must stay the same, per episode: identity, steps, candidates, outcome."""
+    out = []
+    for t in traces:
+        out.append({
+            "planner": t.planner, "task_id": t.task_id, "seed": t.seed,
+            "steps": [{
+                "chosen": s.chosen, "done": s.done, "success": s.success,
+                "candidates": [[c.skill, _num(c.llm), _num(c.affordance), _num(c.combined)] for c in s.candidates],
+            } for s in t.steps],
+            "execution_success": t.execution_success, "plan_success": t.plan_success, "error": t.error,
+            "metrics": {k: _num(v) for k, v in sorted(t.metrics.items())},
+        })
+    return out
