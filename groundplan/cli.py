@@ -5,13 +5,13 @@ import argparse
 import logging
 import math
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
-from groundplan.core.errors import GroundplanError
-from groundplan.pipelines.distributed import add_ray_arguments
+from groundplan.core.errors import GroundplanError, InvalidInputError
 
 console = Console()
 log = logging.getLogger("groundplan")
@@ -19,6 +19,13 @@ log = logging.getLogger("groundplan")
 
 def _prob(logv: float) -> str:
     return "0" if logv == float("-inf") else f"{math.exp(logv):.3f}"
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -31,9 +38,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from groundplan.rollout.episode import run_episode
 
     instruction = validate_instruction(args.instruction)
+    if args.chart:  # fail before the model loads, not after the episode
+        from groundplan.pipelines.sweep import check_writable
+
+        check_writable(Path(args.chart).resolve().parent)
     env = ENVS.get(args.env)()
     affordance = args.affordance
-    if affordance is None and args.planner == "saycan":
+    if affordance is None:  # planners that take no affordance ignore it
         affordance = env.default_affordance()
     spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None)
     lm = load_llm(args.backend, model=args.model)
@@ -50,8 +61,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for c in sorted(step.candidates, key=lambda c: c.combined, reverse=True)[: args.top]:
             aff = "—" if c.affordance is None else f"{c.affordance:.3f}"
             style = "bold green" if c.skill == step.chosen else None
-            table.add_row(c.skill, _prob(c.llm) if trace.planner != "generative" else f"cos {c.llm:.3f}", aff,
-                          _prob(c.combined) if trace.planner != "generative" else f"{c.combined:.3f}", style=style)
+            cosine = c.extra.get("score") == "cosine"  # the Generative baseline ranks by embedding similarity
+            table.add_row(c.skill, f"cos {c.llm:.3f}" if cosine else _prob(c.llm), aff,
+                          f"{c.combined:.3f}" if cosine else _prob(c.combined), style=style)
         console.print(table)
     if trace.error:
         console.print(f"[red]episode error: {trace.error}[/red]")
@@ -64,23 +76,52 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``groundplan eval`` flags that override ``runtime`` fields of the config (flag dest -> field)
+RUNTIME_FLAGS = {"address": "address", "workers": "workers", "in_flight": "in_flight", "scorers": "scorers",
+                 "scorer_gpus": "scorer_gpus", "scorer_threads": "scorer_threads",
+                 "batch_window_ms": "batch_window_ms", "max_batch": "max_batch"}
+
+
+def _resources(items: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or []:
+        name, sep, amount = item.partition("=")
+        try:
+            out[name.strip()] = float(amount) if sep else 1.0
+        except ValueError:
+            raise InvalidInputError(f"resource {item!r} is not NAME=AMOUNT") from None
+    return out
+
+
+def runtime_overrides(args: argparse.Namespace) -> list[str]:
+    """``--set``-style overrides of the config's ``runtime`` from the flags given on the command line, so
+    flags and YAML are validated by the same RuntimeSpec before anything starts."""
+    import json
+
+    out = [f"runtime.{field}={json.dumps(getattr(args, dest))}" for dest, field in RUNTIME_FLAGS.items()
+           if getattr(args, dest) is not None]
+    if args.local:
+        out.append("runtime.executor=local")
+    if args.no_mlflow:
+        out.append("runtime.mlflow=false")
+    for flag, field in (("scorer_resource", "scorer_resources"), ("worker_resource", "worker_resources")):
+        if getattr(args, flag):
+            out.append(f"runtime.{field}={json.dumps(_resources(getattr(args, flag)))}")
+    return out
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.config import load_config
-    from groundplan.pipelines.evaluate import run_eval
     from groundplan.pipelines.summary import render_table
+    from groundplan.pipelines.sweep import run_sweep
 
     overrides = list(args.set or [])
     if args.full:
         overrides.append("tasks.per_family=null")
     if args.output:
         overrides.append(f"output_dir={args.output}")
-    cfg = load_config(args.config, overrides)
-    if args.local:
-        result = run_eval(cfg, progress=not args.no_progress, resume=not args.fresh)
-    else:
-        from groundplan.pipelines.distributed import ray_kwargs_from_args, run_eval_ray
-
-        result = run_eval_ray(cfg, progress=not args.no_progress, resume=not args.fresh, **ray_kwargs_from_args(args))
+    cfg = load_config(args.config, overrides + runtime_overrides(args))
+    result = run_sweep(cfg, progress=not args.no_progress, resume=not args.fresh)
     from groundplan.envs import ENVS
     from groundplan.pipelines.summary import render_metric_table
 
@@ -102,16 +143,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if errors:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")
     console.print(f"traces: {result.run_dir / 'traces.jsonl'}  ({result.skipped} episode(s) reused from an earlier run)")
+    if result.stale:
+        console.print(f"[yellow]{result.stale} earlier trace(s) in that file belong to another config and were not "
+                      "used (--fresh discards them)[/yellow]")
     if result.stats.get("mlflow_run_id"):
         console.print(f"MLflow run: {result.stats['mlflow_run_id']}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from groundplan.core.errors import InvalidInputError
-    from groundplan.report import render_report
+    from groundplan.pipelines.report import render_report
 
     run_dir = Path(args.run)
     if not (run_dir / "traces.jsonl").exists():
@@ -145,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="smollm2-135m-instruct")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=20)
-    p.add_argument("--top", type=int, default=5, help="options shown per step")
+    p.add_argument("--top", type=_positive_int, default=5, help="options shown per step")
     p.add_argument("--chart", default=None, help="write a PNG bar chart of the scores (SayCan Fig. 7)")
     p.set_defaults(func=cmd_plan)
 
@@ -156,14 +199,31 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", default=None, help="output directory (default: the config's output_dir)")
     e.add_argument("--fresh", action="store_true", help="ignore traces from an earlier run of this config")
     e.add_argument("--no-progress", action="store_true")
-    add_ray_arguments(e)
+    g = e.add_argument_group("runtime (overrides the config's runtime section)")
+    g.add_argument("--local", action="store_true",
+                   help="run in this process without Ray (default: Ray actors, a local Ray unless --address)")
+    g.add_argument("--address", default=None, help="join this Ray cluster ('auto', ray://host:10001); default: RAY_ADDRESS")
+    g.add_argument("--workers", type=int, default=None, help="episode-runner actors (default 4)")
+    g.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: --workers)")
+    g.add_argument("--scorers", type=int, default=None, help="LLM scorer replicas (default 1)")
+    g.add_argument("--scorer-gpus", type=float, default=None, help="GPUs per scorer replica (default 0)")
+    g.add_argument("--scorer-threads", type=int, default=None,
+                   help="torch threads per scorer (default: all cores of its node; Ray would give it 1)")
+    g.add_argument("--batch-window-ms", type=float, default=None, help="scorer batching window (default 5 ms)")
+    g.add_argument("--max-batch", type=int, default=None, help="most score requests per batch (default 32)")
+    g.add_argument("--scorer-resource", action="append", default=[], metavar="NAME=AMOUNT",
+                   help="custom Ray resource each scorer needs, e.g. scorer=1 (GPU nodes)")
+    g.add_argument("--worker-resource", action="append", default=[], metavar="NAME=AMOUNT",
+                   help="custom Ray resource each episode runner needs, e.g. sim=1 (CPU nodes)")
+    g.add_argument("--no-mlflow", action="store_true", help="do not log the sweep to MLflow")
     e.set_defaults(func=cmd_eval)
 
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
     r.set_defaults(func=cmd_report)
 
-    ls = sub.add_parser("list", help="list registered envs, planners, affordances and LLM backends")
+    ls = sub.add_parser("list", help="list registered envs, planners, affordances, LLM backends, datasets, measures")
+    ls.add_argument("--options", action="store_true", help="also every plugin's options with defaults and descriptions")
     ls.set_defaults(func=cmd_list)
     return ap
 

@@ -1,7 +1,10 @@
-"""Typed experiment configs, loadable from YAML (DESIGN.md, "Configs").
+"""Typed experiment configs, loadable from YAML (docs/architecture.md, "Configs").
 
 Every field has a default and a description; unknown fields are errors that name the field, so a typo
-in a YAML file fails before any model loads or actor starts.
+in a YAML file fails before any model loads or actor starts. Plugin options (``env.options``,
+``llm.options``, a planner's ``options`` and ``affordance_options``) are validated at load against the
+typed options class each plugin registers (``Registry.register_lazy(..., config=...)``): the plugin name
+is the tag that picks the class, as in a discriminated union, and nothing is built to check them.
 """
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -30,15 +33,42 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _typed_options(registry: Any, name: str, options: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate ``options`` against the options class ``name`` registered in ``registry``; an unknown name
+    lists the valid ones, a bad option is named with its field path."""
+    cls = registry.config_class(name)
+    if cls is None:
+        return options
+    try:
+        cls.model_validate(options)
+    except ValidationError as e:
+        raise ValueError(f"{where}: {describe_errors(e)}. Valid options: {', '.join(cls.model_fields)}") from None
+    return options
+
+
 class EnvSpec(_Strict):
     name: str = Field("kitchen", description="registered env name (see `groundplan list`)")
-    options: dict[str, Any] = Field(default_factory=dict, description="env-specific options, validated by the env")
+    options: dict[str, Any] = Field(default_factory=dict, description="env options: the env's registered options class")
+
+    @model_validator(mode="after")
+    def _check(self) -> "EnvSpec":
+        from groundplan.envs import ENVS
+
+        _typed_options(ENVS, self.name, self.options, f"env '{self.name}' options")
+        return self
 
 
 class LLMSpec(_Strict):
     backend: str = Field("hf", description="registered LLM backend")
     model: str = Field("smollm2-135m-instruct", description="embedded model name, Hugging Face id or local path")
     options: dict[str, Any] = Field(default_factory=dict, description="backend options (dtype, prefix_cache_mb, ...)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LLMSpec":
+        from groundplan.llm import LLM_BACKENDS
+
+        _typed_options(LLM_BACKENDS, self.backend, self.options, f"llm backend '{self.backend}' options")
+        return self
 
 
 class PlannerSpec(_Strict):
@@ -54,6 +84,20 @@ class PlannerSpec(_Strict):
         "(Zero-Shot Planners, Sec. 3.5 and A.1: every method gets its own hyperparameter search)",
     )
     group: str | None = Field(None, description="set on the variants a grid expands to: the label of that grid")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PlannerSpec":
+        from groundplan.grounding import AFFORDANCES
+        from groundplan.planners import PLANNERS
+
+        for variant in self.variants():
+            _typed_options(PLANNERS, self.name, variant.options, f"planner '{variant.display}' options")
+        if self.affordance is not None:
+            _typed_options(AFFORDANCES, self.affordance, self.affordance_options,
+                           f"planner '{self.display}' affordance '{self.affordance}' options")
+        elif self.affordance_options:
+            raise ValueError(f"planner '{self.display}' has affordance_options but no affordance")
+        return self
 
     @property
     def display(self) -> str:
@@ -83,9 +127,40 @@ class PlannerSpec(_Strict):
 
 
 class TaskSelection(_Strict):
+    file: str | None = Field(None, description="a YAML or JSONL file of your own tasks for this env (docs/tasks.md); "
+                             "used instead of the env's task set, then filtered like it")
     families: list[str] | None = Field(None, description="task families to run; null = all")
     per_family: int | None = Field(None, ge=1, description="first N tasks of each family; null = the full set")
     ids: list[str] | None = Field(None, description="explicit task ids (overrides families/per_family)")
+
+
+class RuntimeSpec(_Strict):
+    """Where and how a sweep runs. ``groundplan eval`` flags override these fields; none of them changes
+    an episode's result, so they are not part of the config hash."""
+
+    executor: Literal["ray", "local"] = Field("ray", description="'ray': episode-runner actors and a shared LLM "
+                                              "scorer; 'local': one episode runner in this process")
+    address: str | None = Field(None, description="Ray cluster to join ('auto', ray://host:10001); default: "
+                                "RAY_ADDRESS, else a local Ray")
+    workers: int = Field(4, ge=1, description="episode-runner actors (each owns one env)")
+    in_flight: int | None = Field(None, ge=1, description="episodes in flight (default: workers)")
+    scorers: int = Field(1, ge=1, description="LLM scorer replicas")
+    scorer_gpus: float = Field(0.0, ge=0, description="GPUs per scorer replica")
+    scorer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per scorer replica")
+    scorer_threads: int | None = Field(None, ge=1, description="torch threads per scorer (default: all cores of its node)")
+    scorer_resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per scorer, "
+                                               "e.g. {scorer: 1} to pin scorers to GPU nodes")
+    worker_cpus: float = Field(0.5, ge=0, description="CPUs reserved per episode runner")
+    worker_resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per episode "
+                                               "runner, e.g. {sim: 1} for CPU nodes")
+    batch_window_ms: float = Field(5.0, ge=0, description="how long the scorer waits to fill a batch")
+    max_batch: int = Field(32, ge=1, description="most score requests per scorer batch")
+    remote_affordance: bool = Field(False, description="serve affordance sources from one affordance-server actor")
+    max_episode_retries: int = Field(3, ge=0, description="reruns of an episode whose runner died (then it is "
+                                     "recorded as failed with the error)")
+    call_timeout_s: float | None = Field(600.0, gt=0, description="longest wait for one actor call; null: no limit")
+    start_timeout_s: float = Field(600.0, gt=0, description="longest wait for actors to be placed and started")
+    mlflow: bool = Field(True, description="log the sweep to MLflow (store and artifacts under <output_dir>/mlruns)")
 
 
 class EvalConfig(_Strict):
@@ -96,6 +171,7 @@ class EvalConfig(_Strict):
     llm: LLMSpec = Field(default_factory=LLMSpec)
     planners: list[PlannerSpec] = Field(default_factory=lambda: [PlannerSpec()])
     tasks: TaskSelection = Field(default_factory=TaskSelection)
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     seeds: list[int] = Field(default_factory=lambda: [0], description="episode seeds per task")
     max_steps: int = Field(20, ge=1, description="step cap per episode")
     output_dir: str = Field("outputs", description="traces and summaries go to <output_dir>/<name>/")
@@ -116,11 +192,19 @@ class EvalConfig(_Strict):
 
     @model_validator(mode="after")
     def _expand_grids(self) -> "EvalConfig":
-        """Planner grids become their variants here, so every later stage sees plain planners."""
+        """Planner grids become their variants here, so every later stage sees plain planners; ``select_by``
+        must name measures this env reports."""
         self.planners = [v for p in self.planners for v in p.variants()]
         labels = [p.display for p in self.planners]
         if len(set(labels)) != len(labels):
             raise ValueError(f"planner labels must be unique, got {labels}")
+        from groundplan.envs import ENVS
+
+        available = ["execution_success", "plan_success", *ENVS.get(self.env.name).capabilities.measures]
+        unknown = [m for m in self.select_by if m not in available]
+        if unknown:
+            raise ValueError(f"select_by names {unknown}, which env '{self.env.name}' does not report; available: "
+                             f"{', '.join(available)}")
         return self
 
     @property
@@ -133,13 +217,18 @@ class EvalConfig(_Strict):
         return out
 
     def hash(self) -> str:
-        """Short stable hash of everything that changes results (not the output folder)."""
-        d = self.model_dump(exclude={"output_dir"})
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+        """Short stable hash of everything that changes results (not the output folder or the runtime)."""
+        d = self.model_dump(exclude={"output_dir", "runtime"})
+        return stable_hash(d, 12)
 
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.name
+
+
+def stable_hash(data: Any, length: int = 10) -> str:
+    """SHA-256 of ``data``'s canonical JSON (sorted keys; non-JSON values by ``str``), shortened."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -148,13 +237,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise InvalidInputError(f"override {item!r} is not of the form key.path=value")
         key, raw = item.split("=", 1)
-        node = data
+        node: Any = data
         parts = key.strip().split(".")
         for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise InvalidInputError(f"override {item!r}: '{p}' is not a mapping")
-        node[parts[-1]] = yaml.safe_load(raw)
+            if isinstance(node, list) and p.isdigit() and int(p) < len(node):  # planners.0.options...
+                node = node[int(p)]
+            elif isinstance(node, dict):
+                node = node.setdefault(p, {})
+            else:
+                raise InvalidInputError(f"override {item!r}: '{p}' is not a mapping or a list index")
+        if isinstance(node, list) and parts[-1].isdigit() and int(parts[-1]) < len(node):
+            node[int(parts[-1])] = yaml.safe_load(raw)
+        elif isinstance(node, dict):
+            node[parts[-1]] = yaml.safe_load(raw)
+        else:
+            raise InvalidInputError(f"override {item!r}: cannot set '{parts[-1]}' there")
     return data
 
 

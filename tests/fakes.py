@@ -263,6 +263,14 @@ def small_kitchen_config(output_dir: Any, name: str = "t", **overrides: Any) -> 
         "seeds": [0, 1],
         "max_steps": 6,
         "output_dir": str(output_dir),
+        "runtime": {"executor": "local", "mlflow": False},
     }
     base.update(overrides)
     return EvalConfig.model_validate(base)
+
+
+def with_runtime(cfg: Any, **runtime: Any) -> Any:
+    """``cfg`` with some ``runtime`` fields changed, validated again."""
+    from groundplan.config import EvalConfig
+
+    return EvalConfig.model_validate({**cfg.model_dump(), "runtime": {**cfg.runtime.model_dump(), **runtime}})

@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from groundplan.actors.affordance_server import AffordanceServer
-from groundplan.actors.perception import Perception
 from groundplan.actors.scorer import DynamicBatcher, LLMScorer
 from groundplan.config import PlannerSpec
-from groundplan.core.types import Observation, StepResult
 from groundplan.envs import ENVS
-from groundplan.factory import make_planner
 from groundplan.llm.base import GenerationParams
-from groundplan.rollout.episode import run_episode
 from tests.fakes import FakeLM
 
 ray = pytest.importorskip("ray")
@@ -94,23 +90,29 @@ def test_remote_lm_round_robins_replicas(ray_local):
         ray.kill(s)
 
 
-def test_remote_env_behaves_like_the_env(ray_local):
-    from groundplan.actors.remote import RemoteEnv
-    from groundplan.actors.sim_worker import make_sim_worker
+def test_runner_actor_plays_episodes_like_the_in_process_runner(ray_local):
+    """The env lives inside the actor; only LLM calls leave it, and the traces are the in-process ones."""
+    from groundplan.actors.episode_runner import make_runner_actor
+    from groundplan.actors.scorer import make_scorer_actor
+    from groundplan.config import EnvSpec
+    from groundplan.rollout.runner import EpisodeRunner, EpisodeSpec
 
-    worker = make_sim_worker("kitchen", {}, num_cpus=0)
-    remote, local = RemoteEnv(worker), ENVS.get("kitchen")()
-    assert remote.name == local.name and remote.done_skill == local.done_skill
-    task = local.tasks()[0]
-    assert [t.task_id for t in remote.tasks()] == [t.task_id for t in local.tasks()]
-    traces = []
-    for env in (remote, local):
-        planner = make_planner(PlannerSpec(name="saycan", affordance="kitchen_value"), _lm(), 8)
-        t = run_episode(planner, env, task, seed=3, episode_id="e")
-        traces.append({**t.to_dict(), "wall_s": 0, "steps": [{**s, "timings": {}} for s in t.to_dict()["steps"]]})
-    assert traces[0] == traces[1]
-    assert remote.reset(task, 1).skills == local.reset(task, 1).skills
-    ray.kill(worker)
+    scorer = make_scorer_actor(lm_factory=LM_FACTORY, num_cpus=0)
+    actor = make_runner_actor(EnvSpec(), [scorer], "fake", 8, "h", num_cpus=0)
+    local = EpisodeRunner(EnvSpec(), LM_FACTORY(), 8, llm_name="fake", config_hash="h")
+    spec = PlannerSpec(name="saycan", affordance="kitchen_value")
+    for task in ENVS.get("kitchen")().tasks()[:3]:
+        episode = EpisodeSpec(spec, task, 3, f"e-{task.task_id}")
+        remote = ray.get(actor.run.remote(episode)).trace.to_dict()
+        here = local.run(episode).trace.to_dict()
+        for t in (remote, here):
+            t["wall_s"] = 0
+            for step in t["steps"]:
+                step["timings"] = {}
+        assert remote == here
+    assert ray.get(actor.info.remote())["episodes"] == 3
+    ray.kill(actor)
+    ray.kill(scorer)
 
 
 def test_affordance_server_matches_local_source(ray_local):
@@ -136,11 +138,3 @@ def test_affordance_server_matches_local_source(ray_local):
 def test_affordance_server_rejects_unknown_source():
     with pytest.raises(KeyError, match="kitchen_value"):
         AffordanceServer(sources={"x": {"source": "no_such_source"}})
-
-
-def test_perception_is_a_pass_through_for_the_kitchen():
-    env = ENVS.get("kitchen")()
-    obs = env.reset(env.tasks()[0], 0)
-    p = Perception()
-    assert p.detect(obs) is obs.state
-    assert p.success(obs, "done", StepResult(True, "ok", Observation(skills=[]))) is True

@@ -44,17 +44,15 @@ def test_readme_explains_job_submission_placement_and_scaling():
         assert needle in text
 
 
-def test_rayjob_entrypoint_parses_with_the_proposed_ray_flags():
-    import argparse
+def test_rayjob_entrypoint_sets_the_runtime_it_proposes():
     import shlex
 
-    from groundplan.pipelines.distributed import add_ray_arguments, ray_kwargs_from_args
+    from groundplan.cli import build_parser, runtime_overrides
+    from groundplan.config import load_config
 
     job = yaml.safe_load((CLUSTER / "rayjob.yaml").read_text())
-    argv = shlex.split(job["spec"]["entrypoint"])[2:]  # after "groundplan eval"
-    ap = argparse.ArgumentParser()
-    ap.add_argument("config")
-    add_ray_arguments(ap)
-    kw = ray_kwargs_from_args(ap.parse_args(argv))
-    assert kw["scorer_num_gpus"] == 1 and kw["scorer_resources"] == {"scorer": 1.0}
-    assert kw["worker_resources"] == {"sim": 1.0} and kw["address"] == "auto" and kw["num_workers"] == 32
+    argv = shlex.split(job["spec"]["entrypoint"])[1:]  # after "groundplan"
+    args = build_parser().parse_args(argv)
+    rt = load_config(CLUSTER.parent / args.config, runtime_overrides(args)).runtime
+    assert rt.scorer_gpus == 1 and rt.scorer_resources == {"scorer": 1.0}
+    assert rt.worker_resources == {"sim": 1.0} and rt.address == "auto" and rt.workers == 32

@@ -7,15 +7,13 @@ import pytest
 
 from groundplan.config import EvalConfig, load_config
 from groundplan.core.errors import InvalidInputError, UnknownNameError
-from groundplan.pipelines.evaluate import validate_names
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
-    cfg = load_config(path)
-    validate_names(cfg)
+    assert load_config(path).planners
 
 
 def test_defaults_are_complete():
@@ -41,14 +39,14 @@ def test_unknown_planner_lists_valid_names(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("planners:\n  - name: saycna\n")
     with pytest.raises(UnknownNameError, match="unknown planner 'saycna'; valid planner names: ") as err:
-        validate_names(load_config(p))
+        load_config(p)
     for name in ("saycan", "saycan_novf", "generative"):
         assert name in str(err.value)
 
 
 def test_unknown_env_lists_valid_names():
     with pytest.raises(UnknownNameError, match="unknown env 'kitchn'; valid env names: .*kitchen"):
-        validate_names(EvalConfig.model_validate({"env": {"name": "kitchn"}}))
+        EvalConfig.model_validate({"env": {"name": "kitchn"}})
 
 
 def test_overrides(tmp_path):
@@ -88,6 +86,44 @@ def test_bad_planner_grids_are_named(tmp_path):
     p.write_text("planners:\n  - name: saycan\n    grid: {llm_score: []}\n")
     with pytest.raises(InvalidInputError, match=r"planners\.0\.grid.*'llm_score' lists no values"):
         load_config(p)
-    p.write_text("planners:\n  - {name: saycan, label: 'A [x=1]'}\n  - {name: saycan, label: A, grid: {x: [1]}}\n")
+    p.write_text("planners:\n  - {name: saycan, label: 'A [llm_score=sum]'}\n  - {name: saycan, label: A, grid: {llm_score: [sum]}}\n")
     with pytest.raises(InvalidInputError, match="labels must be unique"):
         load_config(p)
+
+
+@pytest.mark.parametrize("override, match", [
+    ("llm.options.bogus=1", "llm backend 'hf' options: unknown option 'bogus'"),
+    ("llm.options.prefix_cache_mb=-1", "'prefix_cache_mb'"),
+    ("planners.0.options.llm_score=max", "planner 'SayCan' options: option 'llm_score'"),
+    ("planners.0.affordance_options.pick_v_min=banana", "affordance 'kitchen_value' options"),
+    ("env.options.mode=physics", "env 'kitchen' options: option 'mode'"),
+    ("runtime.batch_window_ms=-1", "runtime.batch_window_ms"),
+    ("runtime.max_batch=0", "runtime.max_batch"),
+    ("select_by=[executabilty]", r"select_by names \['executabilty'\].*available: execution_success"),
+])
+def test_plugin_and_runtime_options_are_typed_and_fail_at_load(override, match):
+    """Every plugin's options are validated at load against the class it registered; nothing is built."""
+    with pytest.raises(InvalidInputError, match=match):
+        load_config(CONFIGS[1], [override])  # saycan_kitchen.yaml
+
+
+def test_every_registered_plugin_declares_a_typed_options_class():
+    from pydantic import BaseModel
+
+    from groundplan.envs import ENVS
+    from groundplan.grounding import AFFORDANCES
+    from groundplan.llm import LLM_BACKENDS
+    from groundplan.planners import PLANNERS
+
+    for registry in (ENVS, PLANNERS, AFFORDANCES, LLM_BACKENDS):
+        for name in registry.names():
+            cls = registry.config_class(name)
+            assert isinstance(cls, type) and issubclass(cls, BaseModel), (registry.kind, name)
+            assert cls.model_config.get("extra") == "forbid", (registry.kind, name)
+            assert all(f.description for f in cls.model_fields.values() if f.description is not None)
+
+
+def test_runtime_is_not_part_of_the_config_hash():
+    base = load_config(CONFIGS[1])
+    assert load_config(CONFIGS[1], ["runtime.workers=8", "runtime.executor=local"]).hash() == base.hash()
+    assert load_config(CONFIGS[1], ["max_steps=7"]).hash() != base.hash()

@@ -9,20 +9,25 @@ import os
 import pytest
 
 from groundplan.config import EvalConfig
-from groundplan.core.errors import InvalidInputError, UnknownNameError
-from groundplan.pipelines import distributed
-from groundplan.pipelines.distributed import run_eval_ray
-from groundplan.pipelines.evaluate import run_eval
+from groundplan.core.errors import InvalidInputError
+from groundplan.pipelines import executors
+from groundplan.pipelines.sweep import run_sweep
 from groundplan.rollout.traces import read_traces
-from tests.fakes import FakeLM, small_kitchen_config
+from tests.fakes import FakeLM, small_kitchen_config, with_runtime
 
 ray = pytest.importorskip("ray")
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
 LM_FACTORY = functools.partial(FakeLM.following, PLAN)
 
 
-def _cfg(tmp_path, **kw) -> EvalConfig:
-    return small_kitchen_config(tmp_path, name="dist", **kw)
+def _cfg(tmp_path, runtime: dict | None = None, **kw) -> EvalConfig:
+    """The small kitchen sweep on the Ray executor (MLflow off unless asked)."""
+    return with_runtime(small_kitchen_config(tmp_path, name="dist", **kw), **{"executor": "ray", "mlflow": False,
+                                                                             **(runtime or {})})
+
+
+def _local(cfg: EvalConfig, output_dir) -> EvalConfig:
+    return with_runtime(cfg.model_copy(update={"output_dir": str(output_dir)}), executor="local")
 
 
 def _comparable(trace) -> dict:
@@ -36,8 +41,9 @@ def _comparable(trace) -> dict:
 
 def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     cfg = _cfg(tmp_path / "ray")
-    result = run_eval_ray(cfg, num_workers=3, lm_factory=LM_FACTORY, progress=False, tracking=False)
-    seq = run_eval(_cfg(tmp_path / "seq"), lm=LM_FACTORY(), progress=False)
+    cfg = with_runtime(cfg, workers=3)
+    result = run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)
+    seq = run_sweep(_local(cfg, tmp_path / "seq"), lm=LM_FACTORY(), progress=False)
     n = 16
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == n
@@ -48,19 +54,19 @@ def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     assert ray.is_initialized()  # a Ray it did not start is left running
 
     # resume: an extra seed runs only the new episodes; nothing is duplicated
-    more = run_eval_ray(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), num_workers=2, lm_factory=LM_FACTORY,
-                        progress=False, tracking=False)
+    more = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2], runtime={"workers": 2}), lm_factory=LM_FACTORY,
+                     progress=False)
     assert more.skipped == n and more.stats["episodes_run"] == 8 and len(more.traces) == 24
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == 24
-    again = run_eval_ray(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), lm_factory=LM_FACTORY, progress=False, tracking=False)
+    again = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), lm_factory=LM_FACTORY, progress=False)
     assert again.skipped == 24 and again.stats["episodes_run"] == 0
 
 
 def test_remote_affordance_server_gives_the_same_results(tmp_path, ray_local):
-    cfg = _cfg(tmp_path / "a", seeds=[0])
-    remote = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, remote_affordance=True, progress=False, tracking=False)
-    local = run_eval(_cfg(tmp_path / "b", seeds=[0]), lm=LM_FACTORY(), progress=False)
+    cfg = _cfg(tmp_path / "a", seeds=[0], runtime={"workers": 2, "remote_affordance": True})
+    remote = run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)
+    local = run_sweep(_local(cfg, tmp_path / "b"), lm=LM_FACTORY(), progress=False)
     assert sorted(map(_comparable, remote.traces), key=lambda d: d["episode_id"]) == \
         sorted(map(_comparable, local.traces), key=lambda d: d["episode_id"])
     assert remote.stats["affordance_server"]["requests"] > 0
@@ -70,8 +76,9 @@ def test_sweep_is_logged_to_mlflow(tmp_path, ray_local, monkeypatch):
     import mlflow
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cfg = _cfg(tmp_path, seeds=[0], tasks={"families": ["nl_nouns"], "per_family": 2})
-    result = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, progress=False)
+    cfg = _cfg(tmp_path, seeds=[0], tasks={"families": ["nl_nouns"], "per_family": 2},
+               runtime={"workers": 2, "mlflow": True})
+    result = run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)
     run_id = result.stats["mlflow_run_id"]
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{(tmp_path / 'mlruns' / 'mlflow.db').resolve()}")
     run = client.get_run(run_id)
@@ -88,9 +95,10 @@ def test_planner_grid_runs_through_ray_and_its_best_variant_is_logged(tmp_path, 
     import mlflow
 
     cfg = _cfg(tmp_path, seeds=[0], tasks={"families": ["nl_nouns"], "per_family": 2},
-               planners=[{"name": "saycan_novf", "label": "No-VF", "options": {}, "grid": {"llm_score": ["sum", "mean"]}}])
+               planners=[{"name": "saycan_novf", "label": "No-VF", "options": {}, "grid": {"llm_score": ["sum", "mean"]}}],
+               runtime={"workers": 2, "mlflow": True})
     uri = f"sqlite:///{(tmp_path / 'grid.db').resolve()}"
-    result = run_eval_ray(cfg, num_workers=2, lm_factory=LM_FACTORY, progress=False, tracking_uri=uri)
+    result = run_sweep(cfg, lm_factory=LM_FACTORY, progress=False, tracking_uri=uri)
     assert {t.planner for t in result.traces} == {"No-VF [llm_score=sum]", "No-VF [llm_score=mean]"}
     assert len(result.traces) == 4 and list(result.best) == ["No-VF"]
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(result.stats["mlflow_run_id"])
@@ -101,36 +109,46 @@ def test_planner_grid_runs_through_ray_and_its_best_variant_is_logged(tmp_path, 
 @pytest.mark.parametrize(
     "change, error, match",
     [
-        ({"planners": [{"name": "saycann"}]}, UnknownNameError, "saycan"),
-        ({"env": {"name": "kitchn"}}, UnknownNameError, "kitchen"),
         ({"tasks": {"families": ["nl_nounz"]}}, InvalidInputError, "nl_nouns"),
-        ({"planners": [{"name": "saycan", "affordance": "kitchen_value", "options": {"bogus": 1}}]}, InvalidInputError, "bogus"),
+        ({"tasks": {"ids": ["kitchen/nope/00"]}}, InvalidInputError, "unknown task ids"),
     ],
 )
-def test_malformed_config_fails_before_ray_starts(tmp_path, monkeypatch, change, error, match):
+def test_malformed_sweep_fails_before_ray_starts(tmp_path, monkeypatch, change, error, match):
     def no_ray(*a, **k):
         raise AssertionError("Ray was started for a malformed config")
 
-    monkeypatch.setattr(distributed, "_connect", no_ray)
+    monkeypatch.setattr(executors, "connect", no_ray)
     with pytest.raises(error, match=match):
-        run_eval_ray(_cfg(tmp_path, **change), lm_factory=LM_FACTORY, progress=False, tracking=False)
+        run_sweep(_cfg(tmp_path, **change), lm_factory=LM_FACTORY, progress=False)
+
+
+def test_unwritable_output_folder_fails_before_anything_starts(tmp_path, monkeypatch):
+    def no_ray(*a, **k):
+        raise AssertionError("Ray was started although results could not be written")
+
+    monkeypatch.setattr(executors, "connect", no_ray)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(InvalidInputError, match="cannot write to the output folder"):
+        run_sweep(small_kitchen_config(blocker / "out", name="dist"), lm_factory=LM_FACTORY, progress=False)
 
 
 VH_STEPS = ["walk to bathroom", "find towel", "grab towel"]
 
 
-def test_env_metrics_come_back_from_sim_workers(tmp_path, ray_local):
-    """Per-episode env metrics (VirtualHome's executability, LCS...) are computed by the worker's env
+def test_env_metrics_come_back_from_runner_actors(tmp_path, ray_local):
+    """Per-episode env metrics (VirtualHome's executability, LCS...) are computed by the actor's env
     and recorded exactly as in-process."""
     pytest.importorskip("virtualhome_eval")
     cfg = EvalConfig.model_validate({
         "name": "vh", "env": {"name": "virtualhome"}, "planners": [{"name": "zeroshot_vanilla", "label": "Vanilla",
                                                                       "options": {"num_samples": 1}}],
         "tasks": {"per_family": 1}, "seeds": [0], "max_steps": 4, "output_dir": str(tmp_path / "ray"),
+        "runtime": {"workers": 2, "mlflow": False},
     })
     factory = functools.partial(FakeLM, generations=[" " + ", ".join(VH_STEPS)] * 100)
-    local = run_eval(cfg.model_copy(update={"output_dir": str(tmp_path / "local")}), lm=factory(), progress=False)
-    remote = run_eval_ray(cfg, num_workers=2, lm_factory=factory, progress=False, tracking=False)
+    local = run_sweep(_local(cfg, tmp_path / "local"), lm=factory(), progress=False)
+    remote = run_sweep(cfg, lm_factory=factory, progress=False)
     assert local.traces and all(t.metrics for t in local.traces)
     by_id = {t.episode_id: t.metrics for t in local.traces}
     assert {t.episode_id: t.metrics for t in remote.traces} == by_id
@@ -145,11 +163,11 @@ def test_local_ray_gets_enough_logical_cpus_for_the_requested_actors(monkeypatch
     monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert distributed._connect(None, None, cpus_needed=3.0)
+    assert executors.connect(None, cpus_needed=3.0)
     assert seen["num_cpus"] == 3
 
 
 def test_unplaceable_workers_fail_clearly_instead_of_hanging(tmp_path, ray_local):
-    with pytest.raises(InvalidInputError, match="sim workers did not start within .* cannot place them"):
-        run_eval_ray(_cfg(tmp_path), num_workers=1, worker_num_cpus=64, lm_factory=LM_FACTORY, progress=False,
-                     tracking=False, start_timeout_s=3)
+    cfg = _cfg(tmp_path, runtime={"workers": 1, "worker_cpus": 64, "start_timeout_s": 3})
+    with pytest.raises(InvalidInputError, match="episode runners did not start within .* cannot place them"):
+        run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)

@@ -78,9 +78,10 @@ def test_cli_report_needs_a_run_folder(tmp_path, capsys):
 @pytest.mark.slow
 def test_quick_kitchen_eval_saycan_beats_novf(tmp_path):
     from groundplan.config import load_config
-    from groundplan.pipelines.evaluate import run_eval
+    from groundplan.pipelines.sweep import run_sweep
 
-    cfg = load_config("configs/saycan_kitchen.yaml", [f"output_dir={tmp_path}"])
-    result = run_eval(cfg, progress=False)
+    cfg = load_config("configs/saycan_kitchen.yaml", [f"output_dir={tmp_path}", "runtime.executor=local",
+                                                       "runtime.mlflow=false"])
+    result = run_sweep(cfg, progress=False)
     overall = {r.planner: r for r in result.summary if r.family == "all"}
     assert overall["SayCan"].plan_success > overall["No-VF"].plan_success

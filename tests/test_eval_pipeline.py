@@ -8,8 +8,8 @@ import pytest
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.factory import make_env
-from groundplan.pipelines.evaluate import expand, run_eval
 from groundplan.pipelines.summary import summarize
+from groundplan.pipelines.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config
 
@@ -21,11 +21,11 @@ def _cfg(tmp_path, **kw) -> EvalConfig:
 def test_sweep_writes_each_episode_once_and_resumes(tmp_path):
     cfg = _cfg(tmp_path)
     lm = FakeLM()
-    first = run_eval(cfg, lm=lm, progress=False)
+    first = run_sweep(cfg, lm=lm, progress=False)
     n = 2 * 2 * 2 * 2  # planners x families x per_family x seeds
     assert len(first.traces) == n and first.skipped == 0
     calls = len(lm.score_calls)
-    again = run_eval(cfg, lm=lm, progress=False)
+    again = run_sweep(cfg, lm=lm, progress=False)
     assert again.skipped == n and len(lm.score_calls) == calls  # nothing re-run
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == n
@@ -36,15 +36,15 @@ def test_sweep_writes_each_episode_once_and_resumes(tmp_path):
 def test_interrupted_sweep_finishes_the_rest(tmp_path):
     cfg = _cfg(tmp_path)
     path = cfg.run_dir / "traces.jsonl"
-    run_eval(cfg.model_copy(update={"seeds": [0]}), lm=FakeLM(), progress=False)  # a "partial" earlier run
+    run_sweep(cfg.model_copy(update={"seeds": [0]}), lm=FakeLM(), progress=False)  # a "partial" earlier run
     with path.open("a") as f:
         f.write('{"torn": ')  # a crash mid-write leaves a torn line
-    result = run_eval(cfg, lm=FakeLM(), progress=False)
+    result = run_sweep(cfg, lm=FakeLM(), progress=False)
     assert result.skipped == 8 and len(result.traces) == 16
 
 
 def test_summary_counts_match_traces(tmp_path):
-    result = run_eval(_cfg(tmp_path), lm=FakeLM(), progress=False)
+    result = run_sweep(_cfg(tmp_path), lm=FakeLM(), progress=False)
     rows = summarize(result.traces)
     for r in rows:
         ts = [t for t in result.traces if t.planner == r.planner and (r.family == "all" or t.family == r.family)]
@@ -66,7 +66,7 @@ def test_grid_sweep_reports_each_grids_best_variant(tmp_path):
         {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "grid": {"use_affordance": [False, True]}},
         {"name": "saycan_novf", "label": "No-VF"},
     ], select_by=["execution_success"])
-    result = run_eval(cfg, lm=FakeLM(), progress=False)
+    result = run_sweep(cfg, lm=FakeLM(), progress=False)
     overall = {r.planner: r.execution_success for r in result.summary if r.family == "all"}
     variants = cfg.grids["SayCan"]
     assert set(overall) == {*variants, "No-VF"}

@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from groundplan.pipelines.sweep import expand, run_sweep
 
 from groundplan.config import EvalConfig
 from groundplan.factory import make_env
-from groundplan.pipelines.distributed import run_eval_ray
-from groundplan.pipelines.evaluate import expand
 from groundplan.rollout.traces import read_traces
 from tests.fakes import slow_lm
 
@@ -25,6 +24,7 @@ def _cfg(tmp_path) -> EvalConfig:
         "seeds": [0, 1],
         "max_steps": 6,
         "output_dir": str(tmp_path),
+        "runtime": {"workers": 3, "mlflow": False},
     })
 
 
@@ -36,17 +36,17 @@ def _check_exactly_once(cfg: EvalConfig, result) -> None:
     assert [t.error for t in result.traces if t.error] == []
 
 
-def test_killed_sim_workers_rerun_their_episodes(tmp_path, ray_local):
+def test_killed_episode_runners_rerun_their_episodes(tmp_path, ray_local):
     cfg = _cfg(tmp_path)
     killed = []
 
-    def kill_workers(trace, ctx):
-        if not killed:  # the other lanes' workers are mid-episode now
-            killed.extend(ctx["workers"])
-            for w in ctx["workers"]:
+    def kill_runners(trace, ctx):
+        if not killed:  # the other lanes' runners are mid-episode now
+            killed.extend(ctx["runners"])
+            for w in ctx["runners"]:
                 ray.kill(w, no_restart=False)
 
-    result = run_eval_ray(cfg, num_workers=3, lm_factory=slow_lm, progress=False, tracking=False, on_episode=kill_workers)
+    result = run_sweep(cfg, lm_factory=slow_lm, progress=False, on_episode=kill_runners)
     assert killed and result.stats["episode_reruns"] >= 1
     _check_exactly_once(cfg, result)
 
@@ -60,7 +60,7 @@ def test_killed_scorer_is_restarted_and_requests_retried(tmp_path, ray_local):
         if len(done) == 3:
             ray.kill(ctx["scorers"][0], no_restart=False)
 
-    result = run_eval_ray(cfg, num_workers=3, lm_factory=slow_lm, progress=False, tracking=False, on_episode=kill_scorer)
+    result = run_sweep(cfg, lm_factory=slow_lm, progress=False, on_episode=kill_scorer)
     assert len(done) == 24
     # the restarted scorer starts counting afresh: it saw fewer requests than the whole sweep made
     _check_exactly_once(cfg, result)

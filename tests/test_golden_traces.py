@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent / "golden"))
 from sweeps import SWEEPS, records, sweep_config  # noqa: E402
 
 from groundplan.config import EvalConfig  # noqa: E402
-from groundplan.pipelines.evaluate import run_eval  # noqa: E402
+from groundplan.pipelines.sweep import run_sweep  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -46,6 +46,6 @@ def test_fixed_sweep_matches_the_recorded_traces(name, tmp_path):
     if name == "zeroshot_virtualhome":
         pytest.importorskip("virtualhome_eval")
     want = json.loads((GOLDEN / f"expected_{name}.json").read_text())
-    cfg = EvalConfig.model_validate(sweep_config(name, str(tmp_path)))
-    result = run_eval(cfg, progress=False, resume=False)
+    cfg = EvalConfig.model_validate({**sweep_config(name, str(tmp_path)), "runtime": {"executor": "local", "mlflow": False}})
+    result = run_sweep(cfg, progress=False, resume=False)
     _compare(records(result.traces), want)

@@ -24,7 +24,7 @@ def saycan(lm: FakeLM | None = None, **options) -> tuple[SayCanPlanner, ToyAffor
 def test_stops_on_done_without_executing_it() -> None:
     env, (planner, affordance) = ToyEnv(), saycan()
     task = env.tasks()[0]
-    trace = run_episode(planner, env, task, seed=3)
+    trace = run_episode(planner, env, task, seed=3, llm_name="fake-lm")
     assert [s.chosen for s in trace.steps] == list(PLAN)
     assert trace.terminated and trace.error is None
     assert trace.steps[-1].done and trace.steps[-1].success is None and "exec_s" not in trace.steps[-1].timings

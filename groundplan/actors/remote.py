@@ -1,12 +1,10 @@
-"""Synchronous wrappers over actor handles, so planners and ``run_episode`` run unchanged.
+"""A synchronous LanguageModel over scorer actor handles, so planners run unchanged inside actors.
 
 ``RemoteLM`` satisfies :class:`~groundplan.llm.base.LanguageModel` over one or more ``LLMScorer``
-handles (round-robin over replicas); ``RemoteEnv`` satisfies :class:`~groundplan.envs.base.Env` over a
-``SimWorker`` handle. Both block on ``ray.get``, so the coordinator runs each episode in a thread.
-
-``run_episode`` records any exception from the env or planner as the episode's error. An actor that
-*died* is infrastructure failure, not evidence about the planner, so both wrappers remember it in
-``actor_error``; the coordinator then reruns the episode instead of recording it.
+handles (round-robin over replicas), blocking on ``ray.get``. ``run_episode`` records any exception from
+the env or planner as the episode's error; an actor that *died* is infrastructure failure, not evidence
+about the planner, so the wrapper remembers it in ``actor_error`` and the episode-runner actor raises
+instead of returning the trace, which makes the sweep driver rerun the episode.
 """
 from __future__ import annotations
 
@@ -16,8 +14,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from groundplan.core.types import GoalResult, Observation, StepResult, Task
-from groundplan.envs.base import Env
 from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
 
 
@@ -78,38 +74,3 @@ class RemoteLM(_Guard):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._get(self._next().embed.remote(list(texts))))
-
-
-class RemoteEnv(_Guard, Env):
-    """An Env over a SimWorker handle. ``info`` (from ``handle.info``) may be passed to skip a round trip."""
-
-    def __init__(self, handle: Any, info: dict[str, Any] | None = None, *, timeout_s: float | None = None) -> None:
-        _Guard.__init__(self, timeout_s)
-        self.handle = handle
-        info = info if info is not None else self._get(handle.info.remote())
-        self.name = info["name"]
-        self.done_skill = info["done_skill"]
-        self.capabilities = info["capabilities"]
-
-    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        return self._get(self.handle.tasks.remote(None if families is None else list(families)))
-
-    def reset(self, task: Task, seed: int) -> Observation:
-        return self._get(self.handle.reset.remote(task, seed))
-
-    def execute(self, skill: str) -> StepResult:
-        return self._get(self.handle.execute.remote(skill))
-
-    def check_goal(self) -> GoalResult:
-        return self._get(self.handle.check_goal.remote())
-
-    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
-        return self._get(self.handle.episode_metrics.remote(task, trace))
-
-    def frames(self) -> list[Any]:
-        return self._get(self.handle.frames.remote()) if self.capabilities.cameras else []
-
-    def check_plan(self, task: Task, seed: int, plan: Sequence[str]) -> GoalResult:
-        if not self.capabilities.can_replay:
-            raise NotImplementedError(f"env '{self.name}' cannot replay plans")
-        return self._get(self.handle.check_plan.remote(task, seed, list(plan)))

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import (
@@ -230,8 +230,3 @@ def make_scorer_actor(*, num_gpus: float = 0, num_cpus: float = 1, resources: di
     if name:
         opts["name"] = name
     return ray.remote(LLMScorer).options(**opts).remote(**kwargs)
-
-
-def run_sync(coro: Awaitable[Any]) -> Any:
-    """Run a coroutine to completion (for using ``LLMScorer`` without Ray in scripts)."""
-    return asyncio.run(coro)  # type: ignore[arg-type]

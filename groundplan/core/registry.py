@@ -10,7 +10,7 @@ missing optional dependency gives an install hint instead of breaking ``import g
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from groundplan.core.errors import MissingDependencyError, UnknownNameError
 
@@ -24,6 +24,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self._items: dict[str, T | str] = {}
         self._install: dict[str, str] = {}
+        self._configs: dict[str, Any] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@ENVS.register("kitchen")`` above a class or factory function."""
@@ -36,33 +37,51 @@ class Registry(Generic[T]):
 
         return deco
 
-    def register_lazy(self, name: str, target: str, install: str | None = None) -> None:
+    def register_lazy(self, name: str, target: str, install: str | None = None, config: str | None = None) -> None:
         """Declare ``name`` → ``"package.module:attribute"``, imported on first :meth:`get`.
-        ``install`` is the command that installs the plugin's optional dependencies."""
+        ``install`` is the command that installs the plugin's optional dependencies; ``config`` names the
+        plugin's typed options (a pydantic model, ``"module:Class"``), which configs are validated
+        against when they are loaded, before anything is built (LeRobot's configuration classes)."""
         if name in self._items:
             raise ValueError(f"{self.kind} '{name}' is registered twice")
         self._items[name] = target
         if install:
             self._install[name] = install
+        if config:
+            self._configs[name] = config
 
-    def get(self, name: str) -> T:
+    def _resolve(self, name: str, target: str) -> Any:
+        module, _, attr = target.partition(":")
         try:
-            item = self._items[name]
+            return getattr(importlib.import_module(module), attr)
+        except ImportError as e:
+            hint = self._install.get(name, "check the install")
+            raise MissingDependencyError(
+                f"{self.kind} '{name}' needs a package that is not installed ({e}); install it with: {hint}"
+            ) from e
+
+    def _require(self, name: str) -> T | str:
+        try:
+            return self._items[name]
         except KeyError:
             raise UnknownNameError(
                 f"unknown {self.kind} '{name}'; valid {self.kind} names: {', '.join(sorted(self._items))}"
             ) from None
+
+    def get(self, name: str) -> T:
+        item = self._require(name)
         if isinstance(item, str):
-            module, _, attr = item.partition(":")
-            try:
-                item = getattr(importlib.import_module(module), attr)
-            except ImportError as e:
-                hint = self._install.get(name, "check the install")
-                raise MissingDependencyError(
-                    f"{self.kind} '{name}' needs a package that is not installed ({e}); install it with: {hint}"
-                ) from e
+            item = self._resolve(name, item)
             self._items[name] = item
-        return item
+        return item  # type: ignore[return-value]
+
+    def config_class(self, name: str) -> Any:
+        """The typed options class registered for ``name``, or None when it declares none."""
+        self._require(name)
+        cls = self._configs.get(name)
+        if isinstance(cls, str):
+            cls = self._configs[name] = self._resolve(name, cls)
+        return cls
 
     def names(self) -> list[str]:
         return sorted(self._items)

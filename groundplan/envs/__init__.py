@@ -1,7 +1,19 @@
-"""Environments. ``ENVS.get(name)(**options)`` builds one; entries import their module on first use."""
+"""Environments and the datasets that come with them.
+
+``ENVS.get(name)(**options)`` builds an env; ``DATASETS.get(name)(**options)`` returns a dataset's
+records (e.g. VirtualHome's demonstration programs for few-shot prompts), so a planner takes examples
+from a dataset by name instead of building an env. Entries import their module on first use.
+"""
 from groundplan.core.registry import Registry
 
 ENVS: Registry = Registry("env")
-ENVS.register_lazy("kitchen", "groundplan.envs.kitchen.env:KitchenEnv")
-ENVS.register_lazy("tabletop", "groundplan.envs.tabletop.env:TabletopEnv", install="pip install 'groundplan[tabletop]'")
-ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEnv", install="pip install --no-deps virtualhome-eval==0.1.1")
+ENVS.register_lazy("kitchen", "groundplan.envs.kitchen.env:KitchenEnv", config="groundplan.envs.kitchen.env:KitchenConfig")
+ENVS.register_lazy("tabletop", "groundplan.envs.tabletop.env:TabletopEnv", install="pip install 'groundplan[tabletop]'",
+                   config="groundplan.envs.tabletop.env:TabletopConfig")
+ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEnv",
+                   install="pip install --no-deps virtualhome-eval==0.1.1", config="groundplan.envs.virtualhome.env:VirtualHomeConfig")
+
+#: datasets by name: ``DATASETS.get(name)(**options) -> list of records``
+DATASETS: Registry = Registry("dataset")
+DATASETS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:load_demonstrations",
+                       install="pip install --no-deps virtualhome-eval==0.1.1", config="groundplan.envs.virtualhome.env:VirtualHomeConfig")

@@ -9,7 +9,11 @@ from groundplan.core.registry import Registry
 
 #: affordance-source factories by name: ``AFFORDANCES.get(name)(**options) -> AffordanceSource``
 AFFORDANCES: Registry = Registry("affordance")
-AFFORDANCES.register_lazy("kitchen_value", "groundplan.grounding.saycan:KitchenValueAffordance")
-AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.grounding.saycan:LanguageSimAffordance")
-AFFORDANCES.register_lazy("tabletop_detected", "groundplan.grounding.tabletop:DetectedObjectAffordance", install="pip install 'groundplan[tabletop]'")
-AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.grounding.virtualhome:PreconditionAffordance", install="pip install --no-deps virtualhome-eval==0.1.1")
+AFFORDANCES.register_lazy("kitchen_value", "groundplan.grounding.saycan:KitchenValueAffordance",
+                          config="groundplan.grounding.saycan:KitchenValueConfig")
+AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.grounding.saycan:LanguageSimAffordance",
+                          config="groundplan.grounding.saycan:LanguageSimConfig")
+AFFORDANCES.register_lazy("tabletop_detected", "groundplan.grounding.tabletop:DetectedObjectAffordance",
+                          install="pip install 'groundplan[tabletop]'", config="groundplan.grounding.tabletop:DetectedObjectConfig")
+AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.grounding.virtualhome:PreconditionAffordance",
+                          install="pip install --no-deps virtualhome-eval==0.1.1", config="groundplan.grounding.virtualhome:PreconditionConfig")

@@ -10,24 +10,34 @@ the pickled observation.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Observation
+from groundplan.core.validation import validate_options
 from groundplan.grounding.base import Affordance
+
+
+class PreconditionConfig(BaseModel):
+    """Options of :class:`PreconditionAffordance`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    done_skill: str = Field("done", min_length=1, description="Label of the done decision.")
+    done_affordance: float = Field(0.1, ge=0.0, le=1.0, description="Affordance of done (SayCan App. C.1: a small constant).")
 
 
 class PreconditionAffordance(Affordance):
     """1.0 when the step would execute now, 0.0 when it would not; ``done_affordance`` for the done
     label (SayCan Appendix C.1 gives "done" a small constant value)."""
 
-    def __init__(self, done_skill: str = "done", done_affordance: float = 0.1) -> None:
-        if not 0.0 <= done_affordance <= 1.0:
-            raise InvalidInputError(f"done_affordance must lie in [0, 1], got {done_affordance}")
-        self.done_skill = done_skill
-        self.done_affordance = float(done_affordance)
+    def __init__(self, **options: Any) -> None:
+        config = validate_options(PreconditionConfig, options, "virtualhome_preconditions options")
+        self.done_skill = config.done_skill
+        self.done_affordance = float(config.done_affordance)
         self.calls = 0
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:

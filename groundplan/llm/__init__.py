@@ -7,7 +7,7 @@ from groundplan.core.registry import Registry
 from groundplan.llm.base import Generation, LanguageModel, OptionScore
 
 LLM_BACKENDS: Registry = Registry("LLM backend")
-LLM_BACKENDS.register_lazy("hf", "groundplan.llm.hf:HFLanguageModel")
+LLM_BACKENDS.register_lazy("hf", "groundplan.llm.hf:HFLanguageModel", config="groundplan.llm.options:HFOptions")
 
 
 def load_llm(backend: str = "hf", **options: Any) -> LanguageModel:

@@ -1,10 +1,12 @@
-"""Planners, one module per paper. ``PLANNERS.get(name)(lm=..., affordance=..., **options)``."""
+"""Planners, one module per paper. ``PLANNERS.get(name)(lm=..., affordance=..., **options)``; each entry
+registers its typed options class, which configs are validated against at load."""
 from groundplan.core.registry import Registry
 
 PLANNERS: Registry = Registry("planner")
-PLANNERS.register_lazy("saycan", "groundplan.planners.saycan:make_saycan")
-PLANNERS.register_lazy("saycan_novf", "groundplan.planners.saycan:make_saycan_novf")
-PLANNERS.register_lazy("generative", "groundplan.planners.saycan:make_generative")
-PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:make_inner_monologue")
-PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot")
-PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla")
+PLANNERS.register_lazy("saycan", "groundplan.planners.saycan:make_saycan", config="groundplan.planners.saycan:SayCanConfig")
+PLANNERS.register_lazy("saycan_novf", "groundplan.planners.saycan:make_saycan_novf", config="groundplan.planners.saycan:SayCanConfig")
+PLANNERS.register_lazy("generative", "groundplan.planners.saycan:make_generative", config="groundplan.planners.saycan:GenerativeConfig")
+PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:make_inner_monologue",
+                       config="groundplan.planners.inner_monologue:InnerMonologueConfig")
+PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot", config="groundplan.planners.zeroshot:ZeroShotConfig")
+PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla", config="groundplan.planners.zeroshot:VanillaConfig")

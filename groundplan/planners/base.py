@@ -1,4 +1,4 @@
-"""Planner interface (DESIGN.md, "Interfaces").
+"""Planner interface (docs/architecture.md, "Planners").
 
 A planner holds its prompt and history; it never talks to Ray, files or MLflow. The episode runner
 calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a step cap is hit.
@@ -14,6 +14,8 @@ class Planner(ABC):
     """Base class; subclasses register with ``groundplan.planners.PLANNERS``."""
 
     name: str = "planner"
+    #: decisions per episode the runner allows when the sweep gives no cap (the done decision included)
+    max_steps: int = 20
 
     @abstractmethod
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:

@@ -402,7 +402,8 @@ class GenerativePlanner(DialogPlanner):
         best = int(np.argmax(cosines))
         info["cosine"] = float(cosines[best])
         candidates = [
-            CandidateScore(skill=s, llm=float(c), affordance=None, combined=float(c)) for s, c in zip(skills, cosines)
+            CandidateScore(skill=s, llm=float(c), affordance=None, combined=float(c), extra={"score": "cosine"})
+            for s, c in zip(skills, cosines)
         ]
         return self._commit(skills[best], candidates, info)
 

@@ -26,9 +26,8 @@ Vanilla baseline (``make_vanilla``, Sec. 4.1): ``k`` whole plans are sampled, th
 mean log-prob is kept and its steps are returned as they are, one per decision; a step that is not
 admissible is executed anyway and the env records it as a failed step with its reason.
 
-Demonstrations come from the env named by ``demo_env`` (its ``demonstrations()`` method, e.g.
-:meth:`groundplan.envs.virtualhome.env.VirtualHomeEnv.demonstrations`) or are passed to the planner
-directly (``demonstrations=[(name, steps), …]``).
+Demonstrations come from the dataset named by ``demo_dataset`` (``groundplan.envs.DATASETS``, e.g.
+VirtualHome's training programs) or are passed to the planner directly (``demonstrations=[(name, steps), …]``).
 """
 from __future__ import annotations
 
@@ -133,8 +132,10 @@ class _Base(BaseModel):
     dynamic_example: bool = Field(True, description="Pick the demonstration with the most similar task name (Sec. 3.4); False: the fixed example.")
     fixed_example: str | None = Field(
         None, description="Task name or program id of the fixed example (default: the first demonstration).")
-    demo_env: str = Field("virtualhome", description="Registered env whose demonstrations() give the examples.")
-    demo_env_options: dict[str, Any] = Field(default_factory=dict, description="Options of that env (its split).")
+    demo_dataset: str = Field("virtualhome", description="Registered dataset (groundplan.envs.DATASETS) whose "
+                              "records are the demonstrations.")
+    demo_dataset_options: dict[str, Any] = Field(default_factory=dict, description="Options of that dataset (e.g. "
+                                                 "VirtualHome's split).")
     done_skill: str = Field("done", min_length=1, description="Label of the done decision (never executed).")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
     seed: int = Field(0, description="Base sampling seed; each step's seed is derived from it, the episode seed and the step.")
@@ -203,12 +204,9 @@ class _ZeroShotBase(Planner):
     @property
     def demonstrations(self) -> list[Demo]:
         if self._demos is None:
-            from groundplan.envs import ENVS
+            from groundplan.envs import DATASETS
 
-            env = ENVS.get(self.config.demo_env)(**self.config.demo_env_options)
-            if not hasattr(env, "demonstrations"):
-                raise InvalidInputError(f"env '{self.config.demo_env}' has no demonstrations() to take examples from")
-            self._demos = _demos_from(env.demonstrations())
+            self._demos = _demos_from(DATASETS.get(self.config.demo_dataset)(**self.config.demo_dataset_options))
         if not self._demos:
             raise InvalidInputError("no demonstrations to take the prompt example from")
         return self._demos

@@ -1,7 +1,6 @@
 """The episode runner: alternate planner and environment until done or a step cap, producing one trace.
 
-This is the loop of DESIGN.md ("Episode runner") and of SayCan's Algorithm 1 seen from outside the
-planner: ``env.reset`` → ``planner.reset`` → (``planner.next_step`` → ``env.execute``)* until the
+This is SayCan's Algorithm 1 seen from outside the planner, and the loop of every planner here: ``env.reset`` → ``planner.reset`` → (``planner.next_step`` → ``env.execute``)* until the
 planner chooses its done skill or ``max_steps`` decisions were made. The done decision is recorded as
 a step with ``done=True`` and is not executed. At the end the goal is checked in the final state
 (execution success) and, where the env can replay plans noise-free, the chosen skill sequence is
@@ -25,14 +24,10 @@ from groundplan.planners.base import Planner
 from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 #: ``on_step(trace, step, env)``: called after reset (``step=None``) and after each step is recorded (and
-#: executed, unless it is the done decision); e.g. :func:`groundplan.report.frame_saver` saves env frames
+#: executed, unless it is the done decision); the episode runner records camera frames with it
 StepHook = Callable[[EpisodeTrace, "StepTrace | None", Env], None]
 
 logger = logging.getLogger(__name__)
-
-#: step cap used when neither the caller nor the planner (``planner.max_steps``) gives one
-DEFAULT_MAX_STEPS = 20
-
 
 def run_episode(
     planner: Planner,
@@ -50,8 +45,7 @@ def run_episode(
     """Run one episode of ``task`` from the start state given by ``seed`` and return its trace.
 
     ``max_steps`` caps the number of decisions (the done decision included); by default the planner's
-    own ``max_steps`` (e.g. ``SayCanConfig.max_steps``), else :data:`DEFAULT_MAX_STEPS`. ``llm_name``
-    defaults to ``planner.lm.name`` when the planner has an ``lm``. ``episode_id`` defaults to
+    own ``max_steps`` (e.g. ``SayCanConfig.max_steps``). ``llm_name`` is recorded in the trace. ``episode_id`` defaults to
     ``"<planner>|<env>|<task_id>|<seed>"``, so a rerun of the same episode has the same id.
     With ``require_termination`` (default, as SayCan's headline numbers in Table 5), a plan counts as a
     plan success only if the planner also chose done; ``plan_success`` is None when the env cannot
@@ -72,7 +66,7 @@ def run_episode(
         family=task.family,
         instruction=task.instruction,
         seed=seed,
-        llm=llm_name or getattr(getattr(planner, "lm", None), "name", ""),
+        llm=llm_name,
         config_hash=config_hash,
     )
     start = time.perf_counter()
@@ -103,7 +97,7 @@ def run_episode(
 
 
 def _step_cap(planner: Planner, max_steps: int | None) -> int:
-    cap = max_steps if max_steps is not None else getattr(planner, "max_steps", DEFAULT_MAX_STEPS)
+    cap = max_steps if max_steps is not None else planner.max_steps
     if not isinstance(cap, int) or cap < 1:
         raise InvalidInputError(f"max_steps must be a positive integer, got {cap!r}")
     return cap

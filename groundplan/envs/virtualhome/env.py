@@ -376,3 +376,9 @@ class VirtualHomeEnv(Env):
             "lcs": normalised_lcs(plan, references),
             "length": float(len(steps)),
         }
+
+
+def load_demonstrations(**options: Any) -> list[Demonstration]:
+    """The demonstration programs of the split that ``options`` (:class:`VirtualHomeConfig`) define: the
+    ``virtualhome`` entry of :data:`groundplan.envs.DATASETS`, the Zero-Shot planners' examples."""
+    return VirtualHomeEnv(**options).demonstrations()

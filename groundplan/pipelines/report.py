@@ -7,62 +7,17 @@ Layout under a run folder (``outputs/<name>/``)::
     report/index.html                 # one row per episode
     report/<episode-id-safe>.html     # frames, prompt, each step's action, feedback, candidate scores
 
-Frames come from envs that keep recent frames (``env.frames()``, e.g. the tabletop env). Wire them in
-with the runner's hook: ``run_episode(..., on_step=frame_saver(run_dir))``.
+Frames are recorded by the rollout (:mod:`groundplan.rollout.frames`) for envs that declare cameras and
+written by the sweep driver; this module only renders.
 """
 from __future__ import annotations
 
 import html
-import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
-import numpy as np
-
+from groundplan.rollout.frames import safe_id
 from groundplan.rollout.traces import EpisodeTrace, StepTrace, read_traces
-
-
-def safe_id(episode_id: str) -> str:
-    """A file-name-safe form of an episode id (``"+Scene|tabletop/x/00|0"`` → ``"_Scene_tabletop_x_00_0"``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", episode_id).strip("._") or "episode"
-
-
-def frames_dir(run_dir: str | Path, episode_id: str) -> Path:
-    return Path(run_dir) / "frames" / safe_id(episode_id)
-
-
-def save_png(path: str | Path, rgb: Any) -> Path:
-    from PIL import Image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.asarray(rgb, dtype=np.uint8)).save(path)
-    return path
-
-
-def save_frames(run_dir: str | Path, trace: EpisodeTrace, frames: Iterable[Any], number: int | None = None) -> list[Path]:
-    """Save frames of ``trace``'s episode as PNGs. ``frames``: arrays (HxWx3 uint8) or dicts with ``"rgb"`` and
-    optionally ``"step"``; a single frame can be given its file ``number``; otherwise a dict's ``step`` or
-    the position in the list names the file."""
-    out = []
-    for i, frame in enumerate(frames):
-        rgb = frame["rgb"] if isinstance(frame, Mapping) else frame
-        n = number if number is not None else (frame.get("step", i) if isinstance(frame, Mapping) else i)
-        out.append(save_png(frames_dir(run_dir, trace.episode_id) / f"{int(n)}.png", rgb))
-    return out
-
-
-def frame_saver(run_dir: str | Path) -> Callable[[EpisodeTrace, StepTrace | None, Any], None]:
-    """An ``on_step`` hook for :func:`groundplan.runner.run_episode`: saves the env's newest frame as
-    ``0.png`` after reset and ``<k+1>.png`` after step k (envs without ``frames()`` are skipped)."""
-
-    def hook(trace: EpisodeTrace, step: StepTrace | None, env: Any) -> None:
-        frames = env.frames()
-        if frames:
-            save_frames(run_dir, trace, [frames[-1]], number=0 if step is None else step.index + 1)
-
-    return hook
-
 
 # ------------------------------------------------------------------------------------ HTML
 _CSS = """body{font-family:sans-serif;margin:20px;max-width:1200px}pre{background:#f4f4f4;padding:8px;white-space:pre-wrap;

@@ -1,0 +1,232 @@
+"""Where a sweep's episodes run: in this process, or on Ray actors (docs/architecture.md, "Runtime").
+
+Both executors take the episodes still to run and call ``on_result(spec, result)`` as each finishes, in
+the driver's thread, so the sweep driver alone writes traces (one record per episode). They differ only
+in where the :class:`~groundplan.rollout.runner.EpisodeRunner` lives:
+
+- :class:`LocalExecutor`: one runner in this process (``--local``, tests, debugging);
+- :class:`RayExecutor`: ``runtime.workers`` runner actors, each owning an env, and ``runtime.scorers``
+  LLM scorer actors that batch the score requests of every episode in flight. A runner that dies
+  mid-episode is restarted (or replaced) and the episode rerun from reset, at most
+  ``runtime.max_episode_retries`` times, after which it is recorded as failed with the error; a scorer
+  that dies is restarted by Ray and its pending requests resent (``max_task_retries``).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from groundplan.config import EvalConfig
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.base import LanguageModel
+from groundplan.rollout.runner import (
+    EpisodeResult,
+    EpisodeRunner,
+    EpisodeSpec,
+    failed_trace,
+)
+
+log = logging.getLogger(__name__)
+
+OnResult = Callable[[EpisodeSpec, EpisodeResult], None]
+LMFactory = Callable[[], LanguageModel]
+
+
+class Executor(Protocol):
+    def run(self, specs: list[EpisodeSpec], on_result: OnResult) -> dict[str, Any]:
+        """Run every episode once; returns the executor's stats."""
+        ...
+
+
+class LocalExecutor:
+    """Episodes one after another on one in-process :class:`EpisodeRunner`."""
+
+    def __init__(self, cfg: EvalConfig, lm_factory: LMFactory) -> None:
+        self.cfg = cfg
+        self.lm_factory = lm_factory
+
+    def run(self, specs: list[EpisodeSpec], on_result: OnResult) -> dict[str, Any]:
+        if not specs:
+            return {}
+        runner = EpisodeRunner(self.cfg.env, self.lm_factory(), self.cfg.max_steps, llm_name=self.cfg.llm.model,
+                               config_hash=self.cfg.hash())
+        for spec in specs:
+            on_result(spec, runner.run(spec))
+        return {"runner": runner.metrics()}
+
+
+class RayExecutor:
+    """Episodes on runner actors with shared scorer actors; see the module docstring."""
+
+    def __init__(self, cfg: EvalConfig, lm_factory: LMFactory | None = None,
+                 on_episode: Callable[[Any, dict[str, Any]], None] | None = None) -> None:
+        self.cfg = cfg
+        self.rt = cfg.runtime
+        self.lm_factory = lm_factory
+        self.on_episode = on_episode  # called after each episode with (trace, ctx); the fault tests kill actors
+
+    def run(self, specs: list[EpisodeSpec], on_result: OnResult) -> dict[str, Any]:
+        if not specs:
+            return {}
+        import ray
+
+        from groundplan.actors.affordance_server import make_affordance_server
+        from groundplan.actors.episode_runner import make_runner_actor
+        from groundplan.actors.scorer import make_scorer_actor
+
+        rt, cfg = self.rt, self.cfg
+        in_flight = max(1, min(rt.in_flight or rt.workers, len(specs)))
+        n_workers = min(rt.workers, in_flight)
+        started = connect(rt.address, cpus_needed=rt.scorers * rt.scorer_cpus + n_workers * rt.worker_cpus
+                          + 0.5 * rt.remote_affordance)
+        actors: list[Any] = []
+        stats: dict[str, Any] = {"num_workers": n_workers, "max_in_flight": in_flight, "num_scorers": rt.scorers,
+                                 "episode_reruns": 0, "failed_after_retries": 0}
+        try:
+            scorers = [make_scorer_actor(num_gpus=rt.scorer_gpus, num_cpus=rt.scorer_cpus,
+                                         resources=rt.scorer_resources or None, backend=cfg.llm.backend,
+                                         model=cfg.llm.model, options=cfg.llm.options, batch_window_ms=rt.batch_window_ms,
+                                         max_batch=rt.max_batch, lm_factory=self.lm_factory,
+                                         num_threads=rt.scorer_threads) for _ in range(rt.scorers)]
+            actors += scorers
+            lm_name = wait_for_actors([scorers[0].get_name.remote()], "LLM scorer", rt.start_timeout_s)[0]
+            aff = None
+            if rt.remote_affordance:
+                sources = {p.display: {"source": p.affordance, "options": p.affordance_options}
+                           for p in cfg.planners if p.affordance}
+                aff = make_affordance_server(sources=sources)
+                actors.append(aff)
+            ids = itertools.count()
+
+            def new_runner() -> Any:
+                actor = make_runner_actor(cfg.env, scorers, lm_name, cfg.max_steps, cfg.hash(), worker_id=next(ids),
+                                          num_cpus=rt.worker_cpus, resources=rt.worker_resources or None,
+                                          call_timeout_s=rt.call_timeout_s, affordance_server=aff,
+                                          trace_llm=cfg.llm.model)
+                actors.append(actor)
+                return actor
+
+            runners = [new_runner() for _ in range(n_workers)]
+            wait_for_actors([r.info.remote() for r in runners], "episode runners", rt.start_timeout_s)
+            ctx = {"scorers": scorers, "runners": runners, "stats": stats}
+            asyncio.run(self._coordinate(specs, runners, new_runner, in_flight, on_result, stats, ctx))
+            stats["scorer"] = merge_scorer_stats(ray.get([s.stats.remote() for s in scorers]))
+            if aff is not None:
+                stats["affordance_server"] = ray.get(aff.stats.remote())
+        finally:
+            for a in actors:
+                try:
+                    ray.kill(a)
+                except Exception:
+                    pass
+            if started:
+                ray.shutdown()
+        return stats
+
+    async def _coordinate(self, specs: list[EpisodeSpec], runners: list[Any], new_runner: Callable[[], Any],
+                          in_flight: int, on_result: OnResult, stats: dict[str, Any], ctx: dict[str, Any]) -> None:
+        """``in_flight`` lanes each take the next episode, lease a runner and await its result."""
+        import ray
+
+        pool: asyncio.Queue[Any] = asyncio.Queue()
+        for r in runners:
+            pool.put_nowait(r)
+        queue = list(reversed(specs))
+        retries = self.rt.max_episode_retries
+
+        async def heal(runner: Any) -> Any:
+            """The runner if Ray restarted it, else a fresh one."""
+            try:
+                await asyncio.wait_for(runner.info.remote(), timeout=60)
+                return runner
+            except Exception as exc:
+                log.warning("episode runner is gone (%s); starting a new one", type(exc).__name__)
+                try:
+                    ray.kill(runner, no_restart=True)
+                except Exception:
+                    pass
+                fresh = new_runner()
+                ctx["runners"] = [r for r in ctx["runners"] if r is not runner] + [fresh]
+                return fresh
+
+        async def run_one(spec: EpisodeSpec) -> EpisodeResult:
+            errors: list[str] = []
+            while True:
+                runner = await pool.get()
+                try:
+                    result = await asyncio.wait_for(runner.run.remote(spec), timeout=self.rt.call_timeout_s)
+                    pool.put_nowait(runner)
+                    return result
+                except Exception as exc:  # the actor died or a dependency did: infrastructure, not the planner
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    errors.append(f"{type(exc).__name__}: {first}")
+                    log.warning("episode %s: %s (attempt %d of %d)", spec.episode_id, errors[-1], len(errors), retries + 1)
+                    pool.put_nowait(await heal(runner))
+                if len(errors) > retries:
+                    stats["failed_after_retries"] += 1
+                    return EpisodeResult(failed_trace(spec, self.cfg.env.name, self.cfg.llm.model, self.cfg.hash(),
+                                                      f"infrastructure failed {len(errors)} times; last: {errors[-1]}"))
+                stats["episode_reruns"] += 1
+
+        async def lane() -> None:
+            while queue:
+                spec = queue.pop()
+                result = await run_one(spec)
+                on_result(spec, result)
+                if self.on_episode is not None:
+                    self.on_episode(result.trace, ctx)
+
+        await asyncio.gather(*(lane() for _ in range(in_flight)))
+
+
+def connect(address: str | None, cpus_needed: float = 0.0) -> bool:
+    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it.
+
+    A local Ray gets at least ``cpus_needed`` logical CPUs: actors' ``num_cpus`` are scheduling
+    reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU runners) would
+    otherwise leave runners unschedulable and the sweep waiting forever."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is None:
+        # local Ray: actors must import groundplan (and test helpers) from this checkout
+        root = str(Path(__file__).resolve().parents[2])
+        env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)}
+        kwargs["runtime_env"] = {"env_vars": env_vars}
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpus_needed))
+    ray.init(address=address, **kwargs)
+    return True
+
+
+def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list[Any]:
+    """``ray.get`` the actors' first calls, failing clearly (not hanging) when the cluster cannot place
+    them, e.g. it lacks the GPUs or custom resources they ask for."""
+    import ray
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise InvalidInputError(
+            f"the {what} did not start within {timeout_s:.0f} s: the cluster cannot place them "
+            f"(available: {ray.available_resources()}; total: {ray.cluster_resources()}). Ask for fewer "
+            "workers or scorers, or fewer CPUs/GPUs/resources per actor."
+        ) from None
+
+
+def merge_scorer_stats(per: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(per) == 1:
+        return per[0]
+    req = sum(s["requests"] for s in per)
+    bat = sum(s["batches"] for s in per)
+    opts = sum(s["options"] for s in per)
+    busy = sum(s["busy_s"] for s in per)
+    return {"requests": req, "batches": bat, "mean_batch_size": req / bat if bat else 0.0, "options": opts,
+            "busy_s": busy, "options_per_s": opts / busy if busy else 0.0, "replicas": per}
