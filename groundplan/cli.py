@@ -164,13 +164,35 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from groundplan.envs import ENVS
+    from groundplan.core.measures import MEASURES
+    from groundplan.envs import DATASETS, ENVS
     from groundplan.grounding import AFFORDANCES
     from groundplan.llm import LLM_BACKENDS
     from groundplan.planners import PLANNERS
 
-    for reg in (ENVS, PLANNERS, AFFORDANCES, LLM_BACKENDS):
+    registries = (ENVS, PLANNERS, AFFORDANCES, LLM_BACKENDS, DATASETS, MEASURES)
+    for reg in registries:
         console.print(f"[bold]{reg.kind}[/bold]: {', '.join(reg.names())}")
+    if not args.options:
+        return 0
+    for reg in registries[:-1]:
+        for name in reg.names():
+            try:
+                cls = reg.config_class(name)
+            except GroundplanError as e:  # an optional dependency is missing: say so, go on
+                console.print(f"\n{reg.kind} {name}: {e}", markup=False)
+                continue
+            if cls is None:
+                continue
+            table = Table(title=f"{reg.kind} '{name}' options ({cls.__name__})", title_justify="left")
+            for column in ("option", "default", "description"):
+                table.add_column(column, overflow="fold")
+            for field, info in cls.model_fields.items():
+                table.add_row(field, repr(info.get_default(call_default_factory=True)), info.description or "")
+            console.print(table)
+    for name in MEASURES.names():
+        m = MEASURES.get(name)
+        console.print(f"measure {name}: {m.description}" + ("" if m.higher_is_better else " (lower is better)"), markup=False)
     return 0
 
 

@@ -5,6 +5,7 @@ No torch, no transformers: these run in milliseconds and make planner behaviour 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import re
 import time
 import zlib
@@ -247,6 +248,22 @@ class SlowLM(FakeLM):
 
 def slow_lm() -> SlowLM:
     return SlowLM()
+
+
+class GatedLM(SlowLM):
+    """SlowLM whose scoring waits while ``<gate_dir>/closed`` exists, touching ``<gate_dir>/waiting`` first, so
+    a test can hold score requests pending inside the scorer (across processes) and kill it then."""
+
+    def __init__(self, gate_dir: str) -> None:
+        super().__init__()
+        self.gate = Path(gate_dir)
+
+    def score_batch(self, requests):
+        if (self.gate / "closed").exists():
+            (self.gate / "waiting").touch()
+            while (self.gate / "closed").exists():
+                time.sleep(0.01)
+        return super().score_batch(requests)
 
 
 def small_kitchen_config(output_dir: Any, name: str = "t", **overrides: Any) -> Any:

@@ -85,3 +85,20 @@ def test_quick_kitchen_eval_saycan_beats_novf(tmp_path):
     result = run_sweep(cfg, progress=False)
     overall = {r.planner: r for r in result.summary if r.family == "all"}
     assert overall["SayCan"].plan_success > overall["No-VF"].plan_success
+
+
+def test_cli_list_options_shows_every_plugin_option(capsys):
+    assert main(["list", "--options"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("planner 'saycan' options", "llm_score", "env 'kitchen' options", "nav_failure_prob",
+                   "affordance 'kitchen_value' options", "LLM backend 'hf' options", "prefix_cache_mb", "measure lcs"):
+        assert needle in out, needle
+
+
+def test_cli_refuses_bad_plan_flags_before_loading_the_model(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--top", "-1", "bring me a coke"])
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["plan", "--chart", str(blocker / "x.png"), "bring me a coke"]) == 2
+    assert "cannot write" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from groundplan.pipelines.sweep import expand, run_sweep
 from groundplan.config import EvalConfig
 from groundplan.factory import make_env
 from groundplan.rollout.traces import read_traces
-from tests.fakes import slow_lm
+from tests.fakes import GatedLM, slow_lm
 
 ray = pytest.importorskip("ray")
 
@@ -51,16 +51,36 @@ def test_killed_episode_runners_rerun_their_episodes(tmp_path, ray_local):
     _check_exactly_once(cfg, result)
 
 
-def test_killed_scorer_is_restarted_and_requests_retried(tmp_path, ray_local):
+def test_scorer_killed_with_requests_pending_is_restarted_and_they_are_answered(tmp_path, ray_local):
+    """The gate holds score requests inside the scorer; the scorer dies with them pending; Ray restarts it
+    and resends them (max_task_retries), so every episode is still recorded once, with no error."""
+    import functools
+    import time
+
+    gate = tmp_path / "gate"
+    gate.mkdir()
     cfg = _cfg(tmp_path)
-    done = []
+    killed, pids = [], []
 
-    def kill_scorer(trace, ctx):
-        done.append(trace.episode_id)
-        if len(done) == 3:
-            ray.kill(ctx["scorers"][0], no_restart=False)
+    def kill_scorer_mid_request(trace, ctx):
+        if killed:
+            if len(pids) == 1:  # the next episode: the scorer that answers is a new process
+                pids.append(ray.get(ctx["scorers"][0].stats.remote())["pid"])
+            return
+        (gate / "closed").touch()
+        deadline = time.monotonic() + 60
+        while not (gate / "waiting").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (gate / "waiting").exists(), "no score request reached the closed gate"
+        scorer = ctx["scorers"][0]
+        pids.append(ray.get(scorer.stats.remote())["pid"])
+        killed.append(scorer)
+        ray.kill(scorer, no_restart=False)
+        (gate / "closed").unlink()  # the restarted scorer answers the resent requests
 
-    result = run_sweep(cfg, lm_factory=slow_lm, progress=False, on_episode=kill_scorer)
-    assert len(done) == 24
-    # the restarted scorer starts counting afresh: it saw fewer requests than the whole sweep made
+    factory = functools.partial(GatedLM, str(gate))
+    result = run_sweep(cfg, lm_factory=factory, progress=False, on_episode=kill_scorer_mid_request)
+    assert killed
     _check_exactly_once(cfg, result)
+    assert result.stats["episode_reruns"] == 0  # pending requests were resent, no episode had to rerun
+    assert len(pids) == 2 and pids[0] != pids[1]  # Ray restarted the scorer

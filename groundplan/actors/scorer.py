@@ -201,6 +201,7 @@ class LLMScorer:
         out["options_per_s"] = out.pop("items_per_s")
         out["generate_calls"] = self._generate_calls
         out["embed_calls"] = self._embed_calls
+        out["pid"] = os.getpid()
         engine = getattr(self.lm, "stats", None)
         if engine is not None and hasattr(engine, "forward_tokens"):
             out["forward_tokens"] = engine.forward_tokens
