@@ -38,10 +38,12 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING)
     from groundplan.config import load_config
-    from groundplan.pipelines.distributed import run_eval_ray
-    from groundplan.pipelines.evaluate import run_eval
+    from groundplan.pipelines.sweep import run_sweep
 
-    cfg = load_config(args.config)
+    runtime = [f"runtime.workers={args.workers}", f"runtime.scorer_cpus={args.scorer_cpus}",
+               f"runtime.batch_window_ms={args.batch_window_ms}", f"runtime.max_batch={args.max_batch}",
+               "runtime.mlflow=false"] + ([f"runtime.in_flight={args.in_flight}"] if args.in_flight else [])
+    cfg = load_config(args.config, runtime)
     if args.planners != "all":
         keep = args.planners.split(",")
         cfg = cfg.model_copy(update={"planners": [p for p in cfg.planners if p.display in keep]})
@@ -50,9 +52,10 @@ def main() -> None:
         cfg = cfg.model_copy(update={"max_steps": args.max_steps})
     out = Path(tempfile.mkdtemp(prefix="bench_eval_"))
 
-    seq_cfg = cfg.model_copy(update={"output_dir": str(out / "seq")})
+    seq_cfg = cfg.model_copy(update={"output_dir": str(out / "seq"),
+                                     "runtime": cfg.runtime.model_copy(update={"executor": "local"})})
     t0 = time.perf_counter()
-    seq = run_eval(seq_cfg, progress=False, resume=False)  # includes the model load, like a CLI run
+    seq = run_sweep(seq_cfg, progress=False, resume=False)  # includes the model load, like a CLI run
     seq_wall = time.perf_counter() - t0
     n = len(seq.traces)
     seq_epm = 60 * n / seq_wall
@@ -66,16 +69,14 @@ def main() -> None:
     ray.init(num_cpus=max(4, int(args.scorer_cpus + args.workers * 0.5)), include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     t0 = time.perf_counter()
-    pipe = run_eval_ray(pipe_cfg, num_workers=args.workers, max_in_flight=args.in_flight, scorer_num_cpus=args.scorer_cpus,
-                        batch_window_ms=args.batch_window_ms, max_batch=args.max_batch, progress=False, resume=False,
-                        tracking=False)
+    pipe = run_sweep(pipe_cfg, progress=False, resume=False)
     pipe_wall = time.perf_counter() - t0
     ray.shutdown()
     assert len(pipe.traces) == n, (len(pipe.traces), n)
     pipe_epm = 60 * n / pipe_wall
     sc = pipe.stats["scorer"]
     print(f"pipeline:   {n} episodes in {pipe_wall:.1f} s (incl. actor start + model load) = {pipe_epm:.1f} episodes/min "
-          f"(episode loop alone: {pipe.stats['episodes_per_min']:.1f}/min, {args.workers} sim workers, 1 scorer, {ncpu} CPUs)")
+          f"(episode loop alone: {pipe.stats['episodes_per_min']:.1f}/min, {args.workers} episode runners, 1 scorer, {ncpu} CPUs)")
     print(f"scorer:     {sc['requests']} score requests in {sc['batches']} batches, mean batch {sc['mean_batch_size']:.2f} "
           f"(max {sc['max_batch_size']}), {sc['options_per_s']:.0f} options/s of scorer time, "
           f"generate calls {sc['generate_calls']}")

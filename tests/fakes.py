@@ -5,10 +5,10 @@ No torch, no transformers: these run in milliseconds and make planner behaviour 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 import re
 import time
 import zlib
+from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np

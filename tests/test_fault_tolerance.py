@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from groundplan.pipelines.sweep import expand, run_sweep
 
 from groundplan.config import EvalConfig
 from groundplan.factory import make_env
+from groundplan.pipelines.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import GatedLM, slow_lm
 

@@ -1,6 +1,6 @@
-"""The affordance server actor: hosts affordance / value / Can / Pay models, batched (DESIGN.md, "Runtime").
+"""The affordance server actor: hosts affordance / value / Can / Pay models, batched (docs/architecture.md, "Runtime").
 
-Any source registered in ``groundplan.skills.AFFORDANCES`` can be hosted. Sources may keep
+Any source registered in ``groundplan.grounding.AFFORDANCES`` can be hosted. Sources may keep
 per-episode state (``reset(task, seed)``), so the server keeps one instance per (episode, source):
 ``reset`` creates it, ``score`` calls it, ``release`` drops it. Score calls from many episodes are
 collected by the same dynamic batcher as the LLM scorer and run together in one thread hop; for the
@@ -58,7 +58,7 @@ class AffordanceServer:
 
 
 class RemoteAffordance:
-    """An :class:`~groundplan.skills.base.AffordanceSource` over an AffordanceServer handle, for one
+    """An :class:`~groundplan.grounding.base.AffordanceSource` over an AffordanceServer handle, for one
     episode at a time (planners call ``reset`` at episode start)."""
 
     def __init__(self, handle: Any, name: str, episode: str) -> None:

@@ -1,4 +1,4 @@
-"""The LLM scorer actor: one model, many concurrent episodes, dynamic batching (DESIGN.md, "Runtime").
+"""The LLM scorer actor: one model, many concurrent episodes, dynamic batching (docs/architecture.md, "Runtime").
 
 ``LLMScorer`` is a plain class whose public methods are coroutines, so it works as a Ray async actor
 (``make_scorer_actor``) and, in tests, directly under ``asyncio``. Score requests go into a queue; a

@@ -53,7 +53,7 @@ class Env(ABC):
 
     def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
         """Env-specific per-episode metrics computed at the end of an episode from its trace (an
-        :class:`~groundplan.traces.EpisodeTrace`), e.g. executability or LCS against reference plans
+        :class:`~groundplan.rollout.traces.EpisodeTrace`), e.g. executability or LCS against reference plans
         (Zero-Shot Planners, Sec. 4). The summary table averages them per (planner, family)."""
         return {}
 

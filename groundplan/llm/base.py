@@ -1,4 +1,4 @@
-"""The language-model interface every planner uses (DESIGN.md, "Interfaces").
+"""The language-model interface every planner uses (docs/architecture.md, "Layers").
 
 Planners depend on this protocol only, never on a backend: the in-process Hugging Face engine, a Ray
 actor handle wrapper and test fakes all satisfy it.

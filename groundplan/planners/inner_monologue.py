@@ -20,7 +20,7 @@ the open-loop "LLM Object" baseline: objects listed once at the start, no furthe
 few-shot file holds every line kind; :func:`filter_examples` keeps the lines of the selected kinds
 (in open-loop style prompts — none of success/scene/human — failed attempts are dropped from the
 examples, since nothing in the prompt would explain the retry). The examples show failed actions being
-retried: that is the only source of IM's replanning (NOTES.md).
+retried: that is the only source of IM's replanning (the paper gives no other replanning rule).
 
 Each step the LM generates greedily (``temperature=0``), stopping at a newline. The action text is
 parsed into (object to pick, place target); when it does not parse, or names something not

@@ -207,7 +207,7 @@ class DialogPlanner(Planner):
 
     @property
     def max_steps(self) -> int:
-        """The configured step cap, read by :func:`groundplan.runner.run_episode`."""
+        """The configured step cap, read by :func:`groundplan.rollout.episode.run_episode`."""
         return self.config.max_steps
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""Episode traces: the unit of evidence (DESIGN.md, "Traces and results").
+"""Episode traces: the unit of evidence (docs/architecture.md, "Traces").
 
 Every number the project prints is computed from these records, so any figure can be traced back to
 the episodes behind it. Traces serialise to one JSON object per episode (JSON lines).

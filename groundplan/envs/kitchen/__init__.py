@@ -1,6 +1,6 @@
 """SayCan's mock office kitchen (Ahn et al., Sec. 5.1, App. C): env "kitchen" and the affordance
 sources "kitchen_value" (App. C.1 calibration) and "kitchen_language_sim" (App. C.2), registered
-lazily in ``groundplan.envs`` and ``groundplan.skills``."""
+lazily in ``groundplan.envs`` and ``groundplan.grounding``."""
 from __future__ import annotations
 
 from groundplan.envs.kitchen.env import KitchenConfig, KitchenEnv
