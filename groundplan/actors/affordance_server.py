@@ -36,9 +36,7 @@ class AffordanceServer:
 
     async def reset(self, episode: str, name: str, task: Task, seed: int) -> None:
         self._instances.pop((episode, name), None)
-        inst = self._instance(episode, name)
-        if hasattr(inst, "reset"):
-            inst.reset(task, seed)
+        self._instance(episode, name).reset(task, seed)  # AffordanceSource.reset
 
     async def score(self, episode: str, name: str, observation: Observation, skills: Sequence[str],
                     history: Sequence[str]) -> np.ndarray:
