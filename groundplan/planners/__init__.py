@@ -8,3 +8,6 @@ PLANNERS.register_lazy("generative", "groundplan.planners.saycan:make_generative
 PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:make_inner_monologue")
 PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot")
 PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla")
+PLANNERS.register_lazy("saynav", "groundplan.planners.saynav:make_saynav")
+PLANNERS.register_lazy("house_explore", "groundplan.planners.nav_baselines:make_explore")
+PLANNERS.register_lazy("house_oracle", "groundplan.planners.nav_baselines:make_oracle")

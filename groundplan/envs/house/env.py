@@ -136,7 +136,8 @@ class HouseEnv(Env):
                     family=split,
                     goal={"targets": cats, "target_ids": targets,
                           "positions": {objs[t].category: list(objs[t].position) for t in targets}},
-                    metadata={"house_seed": seed, "num_rooms": len(house.rooms)},
+                    metadata={"house_seed": seed, "num_rooms": len(house.rooms), "min_rooms": self.config.min_rooms,
+                              "max_rooms": self.config.max_rooms},
                 ))
             seed += 1
         return out
