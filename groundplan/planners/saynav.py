@@ -257,7 +257,7 @@ class SayNavPlanner(GeneratorPlanner):
                 params = GenerationParams(temperature=self.config.temperature, max_new_tokens=self.config.max_new_tokens,
                                           stop=("\n\n", "Room description", "Goal:"), seed=self.seed * 1000 + self._calls)
                 text = self.lm.generate(prompt + "-", params)[0].text
-                text = "-" + text
+                text = text if text.lstrip().startswith("-") else "-" + text  # the prompt ends with "-"
                 steps, bad = parse_plan(text)
                 grounded, ungrounded = self._ground(steps, room, todo)
                 record = {"raw": text, "malformed": bad, "ungrounded": ungrounded,
