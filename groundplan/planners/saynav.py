@@ -66,6 +66,9 @@ class SayNavConfig(BaseModel):
                                             "graph (Sec. 3.3); 'llm' asks the room-tracking prompt (Sec. 4.7, Fig. 8)")
     feasibility: bool = Field(True, description="ask whether the targets are likely in the room type before planning")
     feasibility_margin: float = Field(0.0, description="log p(Yes) - log p(No) above which a target counts as likely")
+    feasibility_calibration: bool = Field(True, description="subtract the mean Yes-No margin of the target over all "
+                                          "room types first (a small LM says No to everything; calibrated, the "
+                                          "question becomes: more likely here than in the average room?)")
     room_types: tuple[str, ...] = Field(("Kitchen", "LivingRoom", "Bedroom", "Bathroom", "Office", "DiningRoom"),
                                         description="room types offered to the room identification prompt")
     snap_radius: float = Field(1.0, ge=0, description="a planned point within this distance of seen furniture "
@@ -122,6 +125,7 @@ class SayNavPlanner(GeneratorPlanner):
         self.config = config
         self._tracking_history: list[str] = []
         self._calls = 0
+        self._margins: dict[tuple[str, str], float] = {}  # (target, room type) -> log p(Yes) - log p(No)
 
     def reset(self, task, observation, seed: int = 0) -> None:  # type: ignore[override]
         super().reset(task, observation, seed)
@@ -185,9 +189,18 @@ class SayNavPlanner(GeneratorPlanner):
         """Search feasibility prompt (Fig. 5): is any unfound target likely in this room type?"""
         margins = {}
         for target in self.unfound:
-            yes, no = self.lm.score(FEASIBILITY.format(object=target, room_type=room_type), [" Yes", " No"])
-            margins[target] = yes.logprob_sum - no.logprob_sum
+            margins[target] = self._margin(target, room_type)
+            if self.config.feasibility_calibration:
+                ref = [self._margin(target, t) for t in self.config.room_types]
+                margins[target] -= sum(ref) / len(ref)
         return any(m > self.config.feasibility_margin for m in margins.values()), margins
+
+    def _margin(self, target: str, room_type: str) -> float:
+        key = (target, room_type)
+        if key not in self._margins:
+            yes, no = self.lm.score(FEASIBILITY.format(object=target, room_type=room_type), [" Yes", " No"])
+            self._margins[key] = yes.logprob_sum - no.logprob_sum
+        return self._margins[key]
 
     def track(self, room: RoomNode) -> tuple[str, dict[str, Any]]:
         """search | later | skip, from the scene-graph memory or the room-tracking prompt (Fig. 8)."""
