@@ -105,3 +105,16 @@ def test_tiny_sweep_through_run_eval(tmp_path):
     assert all("sr" in t.metrics and "spl" in t.metrics for t in result.traces)
     oracle = [t for t in result.traces if t.planner == "oracle"]
     assert all(t.metrics["sr"] == 1.0 for t in oracle)
+
+
+def test_gymnasium_pointnav_env_passes_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    from groundplan.envs.house.gym_env import HousePointNavEnv
+
+    env = HousePointNavEnv(seeds=(0, 5))
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=1)
+    assert env.observation_space.contains(obs) and info["shortest_m"] > 0
+    obs, r, term, trunc, info = env.step(3)
+    assert term and "success" in info
