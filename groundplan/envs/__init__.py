@@ -17,3 +17,6 @@ ENVS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:VirtualHomeEn
 DATASETS: Registry = Registry("dataset")
 DATASETS.register_lazy("virtualhome", "groundplan.envs.virtualhome.env:load_demonstrations",
                        install="pip install --no-deps virtualhome-eval==0.1.1", config="groundplan.envs.virtualhome.env:VirtualHomeConfig")
+ENVS.register_lazy("house", "groundplan.envs.house.env:HouseEnv", config="groundplan.envs.house.options:HouseConfig")
+ENVS.register_lazy("thor_house", "groundplan.envs.house.thor:ThorHouseEnv", install="pip install 'groundplan[thor]'",
+                   config="groundplan.envs.house.options:ThorHouseConfig")

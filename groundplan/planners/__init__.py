@@ -10,3 +10,8 @@ PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:m
                        config="groundplan.planners.inner_monologue:InnerMonologueConfig")
 PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot", config="groundplan.planners.zeroshot:ZeroShotConfig")
 PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla", config="groundplan.planners.zeroshot:VanillaConfig")
+PLANNERS.register_lazy("saynav", "groundplan.planners.saynav:make_saynav", config="groundplan.planners.saynav:SayNavConfig")
+PLANNERS.register_lazy("house_explore", "groundplan.planners.nav_baselines:make_explore",
+                       config="groundplan.planners.nav_baselines:ExploreConfig")
+PLANNERS.register_lazy("house_oracle", "groundplan.planners.nav_baselines:make_oracle",
+                       config="groundplan.planners.nav_baselines:OracleConfig")

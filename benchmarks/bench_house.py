@@ -1,0 +1,98 @@
+"""House simulator throughput: houses generated per second, simulator steps per second in one
+worker, and MultiON episode throughput (oracle planner, no LLM) over 1 and 2 worker processes.
+
+Parallel throughput is timed over one shared wall-clock window: the workers start behind a
+barrier, each runs episodes until the window closes, and the episodes finished inside it are
+counted. The 1-worker run in the same script is the baseline of ``scaling_2w``.
+
+    flock /tmp/gp-heavy.lock python benchmarks/bench_house.py --window 10
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import time
+
+import numpy as np
+
+
+def houses_per_s(n: int) -> float:
+    from groundplan.envs.house.layout import generate_house
+
+    t = time.perf_counter()
+    for s in range(n):
+        generate_house(10_000 + s)
+    return n / (time.perf_counter() - t)
+
+
+def steps_per_s(n: int) -> float:
+    """Random forward/turn actions with an observation after each (the sim's inner loop)."""
+    from groundplan.envs.house.env import HouseEnv
+
+    env = HouseEnv(houses_per_split=1, splits=("val",))
+    env.reset(env.tasks()[0], 0)
+    rng = np.random.default_rng(0)
+    sim = env.sim
+    t = time.perf_counter()
+    for _ in range(n):
+        if rng.random() < 0.6:
+            sim.forward()
+        else:
+            sim.turn(30.0 if rng.random() < 0.5 else -30.0)
+        sim.agent.steps = 0  # no step limit in the benchmark
+    return n / (time.perf_counter() - t)
+
+
+def _worker(rank: int, barrier, window: float, out) -> None:
+    from groundplan.envs.house.env import HouseEnv
+    from groundplan.planners import PLANNERS
+    from groundplan.rollout.episode import run_episode
+
+    env = HouseEnv(houses_per_split=40, splits=("val",))
+    tasks = env.tasks()
+    planner = PLANNERS.get("house_oracle")()
+    run_episode(planner, env, tasks[0], 0)  # warm-up outside the window
+    barrier.wait()
+    end = time.perf_counter() + window
+    done, steps, k = 0, 0, rank
+    while True:
+        trace = run_episode(planner, env, tasks[k % len(tasks)], k)
+        if time.perf_counter() > end:
+            break
+        done += 1
+        steps += int(trace.metrics.get("sim_steps", 0))
+        k += 2
+    out.put((done, steps))
+
+
+def episodes_per_s(workers: int, window: float) -> tuple[float, float]:
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(r, barrier, window, out)) for r in range(workers)]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results) / window, sum(r[1] for r in results) / window
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--houses", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=5000)
+    ap.add_argument("--window", type=float, default=10.0)
+    args = ap.parse_args()
+    hps = houses_per_s(args.houses)
+    sps = steps_per_s(args.steps)
+    print(f"houses generated/s: {hps:.1f} (n={args.houses})")
+    print(f"sim steps/s, one worker: {sps:.0f} (n={args.steps})")
+    e1, s1 = episodes_per_s(1, args.window)
+    e2, s2 = episodes_per_s(2, args.window)
+    print(f"oracle episodes/s: 1 worker {e1:.2f} ({s1:.0f} sim steps/s), 2 workers {e2:.2f} ({s2:.0f} sim steps/s), "
+          f"window {args.window:.0f} s")
+    print(f"result: steps_per_s={sps:.0f} houses_per_s={hps:.1f} scaling_2w={e2 / e1 if e1 else float('nan'):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""House env, scene graph, SayNav parsing and a tiny sweep through the sweep driver with a fake LM."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fakes import FakeLM
+from groundplan.config import EvalConfig
+from groundplan.core.errors import InvalidInputError
+from groundplan.envs.house.env import HouseEnv, parse_targets
+from groundplan.envs.house.layout import generate_house
+from groundplan.envs.house.metrics import kendall_tau, spl, wilson_interval
+from groundplan.perception.scene_graph import SceneGraph
+from groundplan.planners import PLANNERS
+from groundplan.planners.saynav import parse_plan
+from groundplan.rollout.episode import run_episode
+
+
+def test_houses_are_seeded_and_connected():
+    a, b = generate_house(5), generate_house(5)
+    assert np.array_equal(a.grid, b.grid) and [o.category for o in a.objects] == [o.category for o in b.objects]
+    assert not np.array_equal(generate_house(6).grid.shape, (0, 0))
+    for seed in range(20):
+        h = generate_house(seed)
+        assert 3 <= len(h.rooms) <= 10
+        assert len(h.doors) >= len(h.rooms) - 1
+        assert any(not o.large for o in h.objects) and any(o.large for o in h.objects)
+
+
+def test_env_episode_oracle_succeeds_and_measures():
+    env = HouseEnv(houses_per_split=3, splits=("val",))
+    tasks = env.tasks()
+    assert [t.task_id for t in tasks] == [t.task_id for t in HouseEnv(houses_per_split=3, splits=("val",)).tasks()]
+    oracle = PLANNERS.get("house_oracle")()
+    trace = run_episode(oracle, env, tasks[0], seed=0)
+    assert trace.error is None and trace.execution_success
+    m = trace.metrics
+    assert m["sr"] == 1.0 and 0 < m["spl"] <= 1 and m["path_m"] >= m["shortest_m"] - 1e-6
+    assert -1 <= m["kendall_tau"] <= 1
+    assert env.render().shape[2] == 3
+
+
+def test_env_refuses_unknown_skill_and_bad_options():
+    env = HouseEnv(houses_per_split=1, splits=("val",))
+    env.reset(env.tasks()[0], 0)
+    res = env.execute("fly to the moon")
+    assert not res.success and "unknown skill" in res.feedback
+    with pytest.raises(InvalidInputError, match="max_rooms"):
+        HouseEnv(min_rooms=8, max_rooms=4)
+    with pytest.raises(InvalidInputError, match="unknown option"):
+        HouseEnv(bogus=1)
+
+
+def test_parse_plan_and_targets():
+    steps, bad = parse_plan("Sure!\n- navigate; (3.4, 2.6); Go to table\n- look; (laptop, cup); look\n- navigate; (x); bad\n")
+    assert [s.action for s in steps] == ["navigate", "look"] and steps[0].point == (3.4, 2.6)
+    assert steps[1].objects == ("laptop", "cup") and bad == ["- navigate; (x); bad"]
+    assert parse_targets("Find a Laptop, an Apple and a Pillow.") == ["Laptop", "Apple", "Pillow"]
+
+
+def test_scene_graph_fuses_noisy_detections():
+    g = SceneGraph(mode="noisy")
+    state = {"room": {"id": 0, "bounds": [0, 0, 4, 4]}, "detections": [
+        {"kind": "large", "category": "Bed", "position": [1.0, 1.0], "distance": 1, "obj_id": None},
+        {"kind": "small", "category": "Pillow", "position": [1.2, 1.4], "distance": 1, "obj_id": None}]}
+    g.update(state)
+    state["detections"][0]["position"] = [1.2, 1.2]
+    g.update(state)
+    beds = [o for o in g.objects if o.category == "Bed"]
+    assert len(beds) == 1 and beds[0].views == 2 and abs(beds[0].x - 1.1) < 1e-9
+    assert g.room_text(0) == "Bed (1.10, 1.10)"
+    assert ("Pillow", "near", "Bed") in g.triplets()
+
+
+def test_measures():
+    assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert kendall_tau(["c", "b", "a"], ["a", "b", "c"]) == -1.0
+    assert spl(True, 5.0, 10.0) == 0.5 and spl(False, 5.0, 5.0) == 0.0
+    lo, hi = wilson_interval(5, 10)
+    assert lo < 0.5 < hi
+
+
+def test_malformed_plan_is_recorded_and_replanned():
+    env = HouseEnv(houses_per_split=1, splits=("val",))
+    lm = FakeLM(generations=["- navigate; nowhere; oops", "- navigate; (oops); again", "- look; (x); y"])
+    planner = PLANNERS.get("saynav")(lm=lm, plan_mode="generate", max_replans=2, feasibility=False)
+    trace = run_episode(planner, env, env.tasks()[0], seed=0)
+    plans = [s.info["plan"] for s in trace.steps if "plan" in s.info]
+    assert plans, "no plan was made"
+    first = plans[0]
+    assert first["attempts"][0]["malformed"] == ["- navigate; nowhere; oops"]
+    assert len(first["attempts"]) == 3 and first["fallback"] == "score"
+
+
+def test_tiny_sweep_through_the_sweep_driver(tmp_path):
+    from groundplan.pipelines.sweep import run_sweep
+
+    cfg = EvalConfig.model_validate({
+        "name": "house_tiny", "env": {"name": "house", "options": {"houses_per_split": 2, "splits": ["test"]}},
+        "planners": [{"name": "saynav", "label": "SayNav", "options": {"plan_mode": "score"}},
+                     {"name": "house_explore", "label": "Explore"}, {"name": "house_oracle", "label": "oracle"}],
+        "seeds": [0], "max_steps": 60, "output_dir": str(tmp_path), "select_by": ["sr"],
+        "runtime": {"executor": "local", "mlflow": False}})
+    result = run_sweep(cfg, lm=FakeLM(), progress=False)
+    assert len(result.traces) == 6 and all(t.error is None for t in result.traces)
+    assert all("sr" in t.metrics and "spl" in t.metrics for t in result.traces)
+    oracle = [t for t in result.traces if t.planner == "oracle"]
+    assert all(t.metrics["sr"] == 1.0 for t in oracle)
+
+
+def test_gymnasium_pointnav_env_passes_checker():
+    from gymnasium.utils.env_checker import check_env
+
+    from groundplan.envs.house.gym_env import HousePointNavEnv
+
+    env = HousePointNavEnv(seeds=(0, 5))
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=1)
+    assert env.observation_space.contains(obs) and info["shortest_m"] > 0
+    obs, r, term, trunc, info = env.step(3)
+    assert term and "success" in info
