@@ -24,6 +24,7 @@ from groundplan.llm.base import LanguageModel
 from groundplan.planners.base import Planner
 from groundplan.rollout.episode import run_episode
 from groundplan.serve.config import ServeConfig
+from groundplan.serve.errors import SessionConflictError
 from groundplan.serve.sessions import SessionRecord, SessionStore
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,11 @@ class PlannerService:
         rec = self.store.get(session_id)
         if rec.planner not in self.labels:
             raise InvalidInputError(f"session {session_id} belongs to planner '{rec.planner}'")
+        if rec.done:
+            raise SessionConflictError(f"session {session_id} is finished (the planner chose done); start a new one")
+        if len(rec.events) >= self.config.limits.max_session_steps:
+            raise SessionConflictError(f"session {session_id} reached its cap of "
+                                       f"{self.config.limits.max_session_steps} steps")
         index = len(rec.events)
         event = {"observation": request.get("observation") or {}, "feedback": request.get("feedback")}
         with self._lock:
