@@ -134,8 +134,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from groundplan.serve.viewer import serve_viewer
+    from groundplan.serve.viewer import check_folder, serve_viewer
 
+    check_folder(args.output_dir)
     console.print(f"trace viewer: http://{args.host}:{args.port}/")
     serve_viewer(args.output_dir, args.host, args.port)
     return 0

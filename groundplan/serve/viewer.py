@@ -175,12 +175,16 @@ def make_server(root: str | Path, host: str = "127.0.0.1", port: int = 8001) -> 
     return ThreadingHTTPServer((host, port), handler)
 
 
-def serve_viewer(root: str | Path, host: str = "127.0.0.1", port: int = 8001) -> None:
-    """``groundplan view``: serve until interrupted."""
+def check_folder(root: str | Path) -> None:
     if not Path(root).is_dir():
         from groundplan.core.errors import InvalidInputError
 
         raise InvalidInputError(f"{root} is not a folder; give an output folder (e.g. outputs/saycan_kitchen)")
+
+
+def serve_viewer(root: str | Path, host: str = "127.0.0.1", port: int = 8001) -> None:
+    """``groundplan view``: serve until interrupted."""
+    check_folder(root)
     server = make_server(root, host, port)
     log.info("trace viewer of %s at http://%s:%d/", root, host, server.server_address[1])
     try:
