@@ -127,6 +127,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.port is not None:
         cfg.port = args.port
     console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
+    if args.local:
+        from groundplan.serve.local import run_local
+
+        run_local(cfg)
+        return 0
     from groundplan.serve.app import run_server
 
     run_server(cfg, address=args.address)
@@ -190,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
     sv.add_argument("--port", type=int, default=None, help="override the config's port")
     sv.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
+    sv.add_argument("--local", action="store_true", help="one process, no Ray (uvicorn over the same API; no batching)")
     sv.set_defaults(func=cmd_serve)
 
     v = sub.add_parser("view", help="browse a sweep's traces in a local web page")

@@ -122,6 +122,10 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         parts = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                pos = err.get("loc", ("body", "?"))[-1]
+                parts.append(f"malformed JSON at character {pos}: {err.get('ctx', {}).get('error', err.get('msg'))}")
+                continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
             parts.append(f"{where}: {err.get('msg')}")
         return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)

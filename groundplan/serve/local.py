@@ -42,3 +42,13 @@ def local_app(config: ServeConfig, lm: LanguageModel, token: str | None = None) 
     from groundplan.serve.api import build_api
 
     return build_api(config, LocalBackend(config, lm), llm_name=getattr(lm, "name", None), token=token)
+
+
+def run_local(config: ServeConfig) -> None:
+    """``groundplan serve --local``: the same API in one process under uvicorn (no Ray, no batching,
+    sessions in this process's memory) for development and single-robot use."""
+    import uvicorn
+
+    from groundplan.factory import make_llm
+
+    uvicorn.run(local_app(config, make_llm(config.llm)), host=config.host, port=config.port, log_level="warning")
