@@ -7,7 +7,7 @@ timed over one shared wall-clock window) let ``@serve.batch`` group requests int
 the baseline sends the same requests sequentially (each batch holds one). Reports req/s, p50/p99
 latency and the mean batch size (from each response's ``batch_size``).
 
-    flock /tmp/gp-heavy.lock python benchmarks/bench_serve.py [--requests 64] [--concurrency 8]
+    PYTHONPATH=. flock /tmp/gp-heavy.lock python benchmarks/bench_serve.py [--requests 64] [--concurrency 8]
 
 Last line: ``result: batched_ratio=<x> rps=<x> p99_ms=<x>``.
 """

@@ -222,7 +222,10 @@ def build_app(config: ServeConfig, lm_factory: Callable[[], LanguageModel] | Non
 
     class IngressBase:
         def __init__(self, scorer: Any, planners: dict[str, Any]) -> None:
-            _HANDLES.update(scorer=scorer, planners=planners)
+            # this class is pickled by value: reach the module's dict through an import, not a global
+            from groundplan.serve import app as module
+
+            module._HANDLES.update(scorer=scorer, planners=planners)
 
     ingress = serve.deployment(serve.ingress(api)(IngressBase), name="Ingress")
     return ingress.options(**opts(config.ingress, "Ingress")).bind(scorer, planners)
