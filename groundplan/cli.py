@@ -163,6 +163,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from groundplan.serve.config import load_serve_config
+
+    cfg = load_serve_config(args.config, list(args.set or []))
+    if args.port is not None:
+        cfg.port = args.port
+    console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
+    if args.local:
+        from groundplan.serve.local import run_local
+
+        run_local(cfg)
+        return 0
+    from groundplan.serve.app import run_server
+
+    run_server(cfg, address=args.address)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from groundplan.serve.viewer import check_folder, serve_viewer
+
+    check_folder(args.output_dir)
+    console.print(f"trace viewer: http://{args.host}:{args.port}/")
+    serve_viewer(args.output_dir, args.host, args.port)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
@@ -243,6 +270,20 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
     r.set_defaults(func=cmd_report)
+
+    sv = sub.add_parser("serve", help="serve planning over HTTP (Ray Serve): /v1/score, /v1/plan, /v1/sessions")
+    sv.add_argument("config", help="a serve config, e.g. configs/serve_kitchen.yaml")
+    sv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
+    sv.add_argument("--port", type=int, default=None, help="override the config's port")
+    sv.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
+    sv.add_argument("--local", action="store_true", help="one process, no Ray (uvicorn over the same API; no batching)")
+    sv.set_defaults(func=cmd_serve)
+
+    v = sub.add_parser("view", help="browse a sweep's traces in a local web page")
+    v.add_argument("output_dir", help="an output folder (outputs/<name>) or a folder of them")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8001)
+    v.set_defaults(func=cmd_view)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances, LLM backends, datasets, measures")
     ls.add_argument("--options", action="store_true", help="also every plugin's options with defaults and descriptions")

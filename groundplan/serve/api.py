@@ -1,0 +1,237 @@
+"""The HTTP API: one FastAPI app over a :class:`Backend` (Ray Serve handles in production, the plain
+services in-process in tests), so the routes, limits, auth and error mapping exist once.
+
+Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields), the
+services check the configured limits (400), sessions answer 404/409/410/429, bodies over
+``limits.max_body_bytes`` get 413 before they are read in full. A replica that died mid-request gives
+503 with ``Retry-After`` (the request had no effect; send it again). Nothing from a request or from the
+LLM is evaluated: text only ever goes to the tokenizer, string comparison and JSON.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from groundplan.core.errors import GroundplanError, InvalidInputError, UnknownNameError
+from groundplan.serve import schemas as S
+from groundplan.serve.config import ServeConfig
+from groundplan.serve.errors import (
+    NotFoundError,
+    RetryableError,
+    SessionConflictError,
+    SessionExpiredError,
+    SessionLimitError,
+    SessionNotFoundError,
+)
+
+log = logging.getLogger(__name__)
+STATIC = Path(__file__).parent / "static"
+
+
+class Backend(Protocol):
+    async def score(self, prompt: str, options: list[str]) -> dict[str, Any]: ...
+    async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    async def delete_session(self, session_id: str) -> None: ...
+
+
+_STATUS: list[tuple[type[Exception], int]] = [
+    (NotFoundError, 404), (SessionExpiredError, 410), (SessionLimitError, 429), (SessionConflictError, 409),
+    (RetryableError, 503), (UnknownNameError, 400), (InvalidInputError, 400), (GroundplanError, 400),
+]
+
+_ERRORS = {code: {"model": S.ErrorOut} for code in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503)}
+
+
+def status_of(exc: Exception) -> int | None:
+    for cls, code in _STATUS:
+        if isinstance(exc, cls):
+            return code
+    return None
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over ``limit`` bytes, by Content-Length or as they stream in."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        too_big = JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413)
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            return await too_big(scope, receive, send)
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooBig()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooBig:
+            await too_big(scope, receive, send)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None,
+              token: str | None = None) -> FastAPI:
+    """The app. ``token`` (tests) or else the environment variable named by ``config.token_env``, read at
+    each request in the serving process (the ingress replica), never from the config file."""
+    fixed_token = token
+    app = FastAPI(title="groundplan", version="1",
+                  description="Grounded LLM planning as a service: score options, run episodes, closed-loop sessions.")
+    bearer = HTTPBearer(auto_error=False)
+
+    async def auth(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        token = fixed_token or os.environ.get(config.token_env) or None
+        if token is None:
+            return
+        if creds is None:
+            raise _HTTP(401, "missing bearer token (Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(creds.credentials.encode(), token.encode()):
+            raise _HTTP(403, "wrong bearer token")
+
+    secured = [Depends(auth)]
+
+    @app.exception_handler(_HTTP)
+    async def _http(_: Request, exc: _HTTP) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors():
+            if err.get("type") == "json_invalid":
+                pos = err.get("loc", ("body", "?"))[-1]
+                parts.append(f"malformed JSON at character {pos}: {err.get('ctx', {}).get('error', err.get('msg'))}")
+                continue
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            parts.append(f"{where}: {err.get('msg')}")
+        return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
+
+    @app.exception_handler(GroundplanError)
+    async def _known(_: Request, exc: GroundplanError) -> JSONResponse:
+        code = status_of(exc) or 400
+        headers = {"Retry-After": "1"} if code == 503 else None
+        return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
+
+    @app.get("/v1/healthz", response_model=S.Health, tags=["meta"])
+    async def healthz() -> S.Health:
+        return S.Health(status="ok")
+
+    @app.get("/v1/planners", response_model=S.PlannersResponse, dependencies=secured, responses=_ERRORS, tags=["meta"])
+    async def planners() -> S.PlannersResponse:
+        return S.PlannersResponse(
+            llm=llm_name or config.llm.model, envs=[e.name for e in config.envs],
+            planners=[S.PlannerInfo(label=p.display, name=p.name, affordance=p.affordance, options=p.options)
+                      for p in config.planners])
+
+    @app.post("/v1/score", response_model=S.ScoreResponse, dependencies=secured, responses=_ERRORS, tags=["llm"])
+    async def score(req: S.ScoreRequest) -> dict[str, Any]:
+        """Log-probability of each option as the continuation of the prompt (batched across callers)."""
+        out = await backend.score(req.prompt, req.options)
+        return {**out, "request_id": req.request_id}
+
+    def label(name: str | None) -> str:
+        return config.planner_spec(name or config.planners[0].display).display
+
+    @app.post("/v1/plan", response_model=S.PlanResponse, dependencies=secured, responses=_ERRORS, tags=["plan"])
+    async def plan(req: S.PlanRequest) -> dict[str, Any]:
+        """Run a whole episode in the simulator and return its trace."""
+        config.env_spec(req.env)
+        trace = await backend.plan(label(req.planner), req.model_dump())
+        steps = [{k: s[k] for k in ("index", "chosen", "done", "success", "feedback", "prompt_delta")}
+                 | {"candidates": [{k: c[k] for k in ("skill", "llm", "affordance", "combined")} for c in s["candidates"]]}
+                 for s in trace["steps"]]
+        return {**{k: trace[k] for k in ("episode_id", "planner", "env", "instruction", "terminated", "execution_success",
+                                         "plan_success", "goal_details", "error", "wall_s")},
+                "steps": steps, "plan": [s["chosen"] for s in trace["steps"] if not s["done"]], "trace": trace}
+
+    @app.post("/v1/sessions", response_model=S.SessionInfo, status_code=201, dependencies=secured,
+              responses=_ERRORS, tags=["sessions"])
+    async def create_session(req: S.SessionCreate) -> dict[str, Any]:
+        """Open a closed-loop session: then POST its steps with what the robot observed."""
+        config.env_spec(req.env)
+        return await backend.create_session(label(req.planner), req.model_dump())
+
+    @app.post("/v1/sessions/{session_id}/step", response_model=S.SessionStepResponse, dependencies=secured,
+              responses=_ERRORS, tags=["sessions"])
+    async def step_session(session_id: str, req: S.SessionStep) -> dict[str, Any]:
+        """Send the observation (and the last skill's feedback); get the next skill and its scores."""
+        return await backend.step_session(_sid(session_id), req.model_dump())
+
+    @app.delete("/v1/sessions/{session_id}", status_code=204, dependencies=secured, responses=_ERRORS,
+                tags=["sessions"])
+    async def delete_session(session_id: str) -> Response:
+        await backend.delete_session(_sid(session_id))
+        return Response(status_code=204)
+
+    _mount_viewer(app, config, secured)
+    app.add_middleware(BodyLimit, limit=config.limits.max_body_bytes)
+    return app
+
+
+def _sid(session_id: str) -> str:
+    if not (0 < len(session_id) <= 64) or not session_id.isalnum():
+        raise SessionNotFoundError(f"no session {session_id[:64]!r}; session ids are 32 hex characters")
+    return session_id
+
+
+class _HTTP(Exception):
+    def __init__(self, code: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.code, self.detail, self.headers = code, detail, headers
+
+
+def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any]) -> None:
+    """The trace viewer at ``/``: the static page is public (it holds no data); its data routes are
+    behind the token like every other endpoint (the page sends the token it is given in ``#token=``)."""
+    from groundplan.serve.viewer import ViewerData
+
+    data = ViewerData(config.viewer_dir) if config.viewer_dir else None
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "viewer.html")
+
+    @app.get("/viewer.js", include_in_schema=False)
+    async def script() -> FileResponse:
+        return FileResponse(STATIC / "viewer.js", media_type="text/javascript")
+
+    def need() -> Any:
+        if data is None:
+            raise NotFoundError("this server has no viewer_dir")
+        return data
+
+    @app.get("/viewer/api/runs", include_in_schema=False, dependencies=secured)
+    async def runs() -> JSONResponse:
+        return JSONResponse(need().runs())
+
+    @app.get("/viewer/api/runs/{run}", include_in_schema=False, dependencies=secured)
+    async def run(run: str) -> Response:
+        return Response(need().run_json(run), media_type="application/json")
+
+    @app.get("/viewer/frames/{run}/{sid}/{name}", include_in_schema=False, dependencies=secured)
+    async def frame(run: str, sid: str, name: str) -> FileResponse:
+        return FileResponse(need().frame_path(run, sid, name), media_type="image/png")

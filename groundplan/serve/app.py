@@ -1,0 +1,258 @@
+"""The Ray Serve application: an LLM scorer deployment (``@serve.batch``), one planner deployment per
+configured planner, and the FastAPI ingress (:func:`build_app`).
+
+- ``Scorer`` holds the model (:func:`groundplan.factory.make_llm`) and batches concurrent score requests
+  — from HTTP callers and from every planner replica — into one ``score_batch`` call, so requests that
+  share a prompt share its prefix (the same engine path as eval's LLMScorer actor).
+- ``Planner-<label>`` replicas run :class:`~groundplan.serve.service.PlannerService` (the eval factory and
+  episode runner) with a language model that forwards to the scorer (:class:`ServeLM`).
+- Sessions live in one named detached actor (:mod:`groundplan.serve.sessions`); planner replicas only
+  cache live planners and replay the session log when they do not hold one.
+
+A replica that dies mid-request: the ingress retries an idempotent score up to ``_RETRIES`` times, else
+answers 503 with ``Retry-After`` (the request had no effect), never a silent loss.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from ray import serve
+
+from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore
+from groundplan.serve.config import ServeConfig
+from groundplan.serve.errors import RetryableError
+
+log = logging.getLogger(__name__)
+_RETRIES = 3
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error raised inside a replica (Ray wraps it in RayTaskError), or a RetryableError when the
+    replica itself died or is unreachable."""
+    from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+    if isinstance(exc, RayTaskError) and exc.cause is not None:
+        return exc.cause
+    if isinstance(exc, (RayActorError, ActorUnavailableError)):
+        return RetryableError(f"a replica died while serving this request ({type(exc).__name__}); send it again")
+    return exc
+
+
+@serve.deployment
+class Scorer:
+    """The model, behind ``@serve.batch``; batch sizes are recorded per request (``batch_size``)."""
+
+    def __init__(self, config: dict[str, Any], lm_factory: Callable[[], LanguageModel] | None = None) -> None:
+        from groundplan.factory import make_llm
+        from groundplan.serve.service import ScoreService
+
+        cfg = ServeConfig.model_validate(config)
+        self.lm = lm_factory() if lm_factory is not None else make_llm(cfg.llm)
+        self.scores = ScoreService(cfg, self.lm)
+        self._batched.set_max_batch_size(cfg.scorer.max_batch_size)
+        self._batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
+    async def _batched(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
+        results = await asyncio.to_thread(self.lm.score_batch, [(p, o) for p, o in requests])
+        return [{"options": [dataclasses.asdict(s) for s in r], "batch_size": len(requests)} for r in results]
+
+    async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
+        """A caller's request: checked against the limits, then batched."""
+        self.scores.check(prompt, options)
+        return {"model": self.lm.name, **(await self._batched((prompt, list(options))))}
+
+    async def score_internal(self, prompt: str, options: list[str]) -> dict[str, Any]:
+        """A planner's request (a whole skill set: not bound by the per-caller option limit)."""
+        return await self._batched((prompt, list(options)))
+
+    async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        gens = await asyncio.to_thread(self.lm.generate, prompt, GenerationParams(**params))
+        return [dataclasses.asdict(g) for g in gens]
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return await asyncio.to_thread(self.lm.embed, texts)
+
+
+class ServeLM:
+    """A synchronous :class:`~groundplan.llm.base.LanguageModel` over the scorer deployment (used from
+    worker threads of a planner replica; each request of a ``score_batch`` joins the scorer's batches)."""
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self.handle, self.name = handle, name
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self.handle, method).remote(*args).result()
+        except Exception as exc:
+            raise _unwrap(exc) from None
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        return self.score_batch([(prompt, options)])[0]
+
+    def score_batch(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[list[OptionScore]]:
+        responses = [self.handle.score_internal.remote(p, list(o)) for p, o in requests]
+        out = []
+        for r in responses:
+            try:
+                out.append([OptionScore(**d) for d in r.result()["options"]])
+            except Exception as exc:
+                raise _unwrap(exc) from None
+        return out
+
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        return [Generation(**g) for g in self._call("generate", prompt, dataclasses.asdict(params))]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._call("embed", list(texts))
+
+
+class _StoreProxy:
+    """Synchronous calls on the session store actor, with its errors unwrapped."""
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        import ray
+
+        def call(*args: Any) -> Any:
+            try:
+                return ray.get(getattr(self._actor, name).remote(*args))
+            except Exception as exc:
+                raise _unwrap(exc) from None
+
+        return call
+
+
+@serve.deployment
+class PlannerDeployment:
+    """One configured planner: whole episodes and session steps, in worker threads."""
+
+    def __init__(self, config: dict[str, Any], label: str, scorer: Any) -> None:
+        from groundplan.serve.service import PlannerService
+        from groundplan.serve.sessions import session_store_handle
+
+        cfg = ServeConfig.model_validate(config)
+        lim = cfg.limits
+        store = _StoreProxy(session_store_handle(cfg.name, lim.max_sessions, lim.session_idle_s, lim.max_session_steps))
+        self.service = PlannerService(cfg, ServeLM(scorer, cfg.llm.model), store, labels=[label])
+
+    async def plan(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.service.plan, request)
+
+    async def create_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.service.create_session, request)
+
+    async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.service.step_session, session_id, request)
+
+    async def delete_session(self, session_id: str) -> None:
+        await asyncio.to_thread(self.service.delete_session, session_id)
+
+    async def owner(self, session_id: str) -> str:
+        return (await asyncio.to_thread(self.service.store.get, session_id)).planner
+
+
+#: handles of this process's ingress replica, set in its constructor (the app is pickled into the
+#: replica, so the backend finds them here rather than in a closure)
+_HANDLES: dict[str, Any] = {}
+
+
+class HandleBackend:
+    """The API's backend in the ingress replica: calls the deployments through their handles."""
+
+    async def _call(self, handle: Any, method: str, *args: Any, retries: int = 0) -> Any:
+        for attempt in range(retries + 1):
+            try:
+                return await getattr(handle, method).remote(*args)
+            except Exception as exc:
+                err = _unwrap(exc)
+                if isinstance(err, RetryableError) and attempt < retries:
+                    log.warning("retrying %s after %s (attempt %d)", method, type(exc).__name__, attempt + 1)
+                    await asyncio.sleep(0.2 * (attempt + 1))
+                    continue
+                raise err from None
+
+    async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
+        return await self._call(_HANDLES["scorer"], "score", prompt, options, retries=_RETRIES)
+
+    async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(_HANDLES["planners"][planner], "plan", {**request, "planner": planner}, retries=1)
+
+    async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(_HANDLES["planners"][planner], "create_session", {**request, "planner": planner})
+
+    async def _owner(self, session_id: str) -> Any:
+        first = next(iter(_HANDLES["planners"].values()))
+        label = await self._call(first, "owner", session_id, retries=1)
+        return _HANDLES["planners"][label]
+
+    async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await self._call(await self._owner(session_id), "step_session", session_id, request)
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._call(await self._owner(session_id), "delete_session", session_id)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", label).strip("-") or "planner"
+
+
+def build_app(config: ServeConfig, lm_factory: Callable[[], LanguageModel] | None = None) -> Any:
+    """The bound application (``serve.run(build_app(cfg))``); ``lm_factory`` replaces ``config.llm`` in
+    the scorer (tests pass fakes)."""
+    from groundplan.serve.api import build_api
+
+    data = config.model_dump()
+
+    def opts(spec: Any, name: str) -> dict[str, Any]:
+        return {"name": name, "max_ongoing_requests": spec.max_ongoing_requests,
+                "autoscaling_config": spec.autoscaling.to_serve(), "ray_actor_options": spec.placement.to_serve()}
+
+    scorer = Scorer.options(**opts(config.scorer, "Scorer")).bind(data, lm_factory)
+    planners = {p.display: PlannerDeployment.options(**opts(config.planner, f"Planner-{_slug(p.display)}"))
+                .bind(data, p.display, scorer) for p in config.planners}
+    api = build_api(config, HandleBackend())
+
+    class IngressBase:
+        def __init__(self, scorer: Any, planners: dict[str, Any]) -> None:
+            # this class is pickled by value: reach the module's dict through an import, not a global
+            from groundplan.serve import app as module
+
+            module._HANDLES.update(scorer=scorer, planners=planners)
+
+    ingress = serve.deployment(serve.ingress(api)(IngressBase), name="Ingress")
+    return ingress.options(**opts(config.ingress, "Ingress")).bind(scorer, planners)
+
+
+def app_builder(args: dict[str, str]) -> Any:
+    """``serve run groundplan.serve.app:app_builder config=configs/serve_kitchen.yaml`` on a cluster."""
+    from groundplan.serve.config import load_serve_config
+
+    return build_app(load_serve_config(args["config"]))
+
+
+def run_server(config: ServeConfig, address: str | None = None, blocking: bool = True,
+               lm_factory: Callable[[], LanguageModel] | None = None) -> None:
+    """Start Ray (or join ``address``), Serve's HTTP proxy on ``config.host:config.port``, and the app."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, namespace="groundplan-serve", ignore_reinit_error=True, log_to_driver=False)
+    serve.start(http_options={"host": config.host, "port": config.port})
+    serve.run(build_app(config, lm_factory), name=config.name, route_prefix=config.route_prefix, blocking=False)
+    log.info("groundplan serve: http://%s:%d%s (docs at /docs)", config.host, config.port, config.route_prefix)
+    if blocking:
+        import time
+
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            serve.shutdown()

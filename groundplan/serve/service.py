@@ -1,0 +1,234 @@
+"""The planning logic behind the API, with no Ray and no HTTP: the same factory and episode runner as
+``groundplan eval`` (:func:`groundplan.factory.make_planner`, :func:`groundplan.rollout.episode.run_episode`).
+
+:class:`PlannerService` runs whole episodes (``/v1/plan``) and closed-loop sessions (``/v1/sessions``);
+:class:`ScoreService` checks and runs score requests. The Serve deployments and the in-process test
+backend both wrap these classes, so there is one copy of the logic.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Decision, Observation, StepResult, Task
+from groundplan.core.validation import validate_instruction
+from groundplan.factory import make_env, make_planner
+from groundplan.grounding.base import Affordance
+from groundplan.llm.base import LanguageModel
+from groundplan.planners.base import Planner
+from groundplan.rollout.episode import run_episode
+from groundplan.serve.config import ServeConfig
+from groundplan.serve.errors import SessionConflictError
+from groundplan.serve.sessions import SessionRecord, SessionStore
+
+log = logging.getLogger(__name__)
+
+#: live planners a replica keeps for sessions (a miss costs one replay, never correctness)
+_LIVE_CACHE = 128
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no infinities: an affordance of 0 gives log 0 = -inf, reported as null."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def candidates_out(decision_candidates: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"skill": c.skill, "llm": _finite(c.llm), "affordance": _finite(c.affordance), "combined": _finite(c.combined)}
+            for c in decision_candidates]
+
+
+class ClientAffordance(Affordance):
+    """Affordances the client measured (the robot's own value functions, SayCan Sec. 3): read from
+    ``observation.state["affordances"]``; a skill without a value gets ``default``."""
+
+    def __init__(self, default: float = 1.0) -> None:
+        self.default = default
+
+    def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        given = (observation.state or {}).get("affordances", {}) if isinstance(observation.state, dict) else {}
+        return np.array([float(given.get(s, self.default)) for s in skills], dtype=np.float64)
+
+
+class ScoreService:
+    """Validates a score request against the configured limits and scores it."""
+
+    def __init__(self, config: ServeConfig, lm: LanguageModel) -> None:
+        self.config = config
+        self.lm = lm
+
+    def check(self, prompt: str, options: Sequence[str]) -> None:
+        lim = self.config.limits
+        if not options:
+            raise InvalidInputError("options is empty: give at least one option to score")
+        if len(options) > lim.max_options:
+            raise InvalidInputError(f"{len(options)} options; the limit is {lim.max_options} per request")
+        if len(prompt) > lim.max_prompt_chars:
+            raise InvalidInputError(f"the prompt is {len(prompt)} characters; the limit is {lim.max_prompt_chars}")
+        for o in options:
+            if not o.strip():
+                raise InvalidInputError("an option is empty")
+            if len(o) > lim.max_option_chars:
+                raise InvalidInputError(f"an option is {len(o)} characters; the limit is {lim.max_option_chars}")
+
+
+class PlannerService:
+    """Episodes and sessions for the planners this replica serves (``labels``; default all)."""
+
+    def __init__(self, config: ServeConfig, lm: LanguageModel, store: Any, labels: Sequence[str] | None = None) -> None:
+        self.config = config
+        self.lm = lm
+        self.store = store  # a SessionStore, or a synchronous proxy of the store actor
+        self.labels = list(labels) if labels else [p.display for p in config.planners]
+        for label in self.labels:
+            config.planner_spec(label)
+        self._skills: dict[str, list[str]] = {}
+        self._live: OrderedDict[str, tuple[int, Planner, threading.Lock]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ shared
+    def _label(self, planner: str | None) -> str:
+        label = planner or self.labels[0]
+        self.config.planner_spec(label)  # unknown → UnknownNameError naming the served ones
+        if label not in self.labels:
+            raise InvalidInputError(f"planner '{label}' is served by another deployment, not this one")
+        return label
+
+    def _instruction(self, text: str) -> str:
+        return validate_instruction(text, self.config.limits.max_instruction_chars)
+
+    def env_skills(self, env_name: str) -> list[str]:
+        """The env's skill set at reset (cached per env)."""
+        if env_name not in self._skills:
+            env = make_env(self.config.env_spec(env_name))
+            task = Task(task_id="serve-skills", instruction="list skills", family="serve", goal=None)
+            self._skills[env_name] = list(env.reset(task, 0).skills)
+        return self._skills[env_name]
+
+    # ------------------------------------------------------------------ /v1/plan
+    def plan(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one whole episode in the simulator; returns the trace as a dict."""
+        label = self._label(request.get("planner"))
+        env_spec = self.config.env_spec(request.get("env") or "kitchen")
+        env = make_env(env_spec)
+        task_id = request.get("task_id")
+        if task_id:
+            matches = [t for t in env.tasks() if t.task_id == task_id]
+            if not matches:
+                raise InvalidInputError(f"env '{env_spec.name}' has no task '{task_id}'")
+            task = matches[0]
+            if request.get("instruction"):
+                task = Task(task.task_id, self._instruction(request["instruction"]), task.family, task.goal,
+                            request.get("start_state") or task.start_state, task.reference_plan, task.metadata)
+        else:
+            task = Task(task_id="serve", instruction=self._instruction(request.get("instruction", "")), family="serve",
+                        goal=None, start_state=request.get("start_state"))
+        max_steps = request.get("max_steps") or self.config.limits.max_steps
+        planner = make_planner(self.config.planner_spec(label), self.lm, max_steps)
+        trace = run_episode(planner, env, task, int(request.get("seed", 0)), max_steps=max_steps,
+                            llm_name=self.config.llm.model)
+        out = trace.to_dict()
+        for step in out["steps"]:
+            step["candidates"] = [{k: _finite(v) if isinstance(v, float) else v for k, v in c.items()}
+                                  for c in step["candidates"]]
+        if task.goal is None:
+            out["execution_success"] = None
+        return out
+
+    # ------------------------------------------------------------------ sessions
+    def _build_planner(self, rec: SessionRecord) -> Planner:
+        spec = self.config.planner_spec(rec.planner)
+        affordance = ClientAffordance(self.config.default_affordance) if spec.affordance else None
+        planner = make_planner(spec, self.lm, self.config.limits.max_session_steps, affordance=affordance)
+        task = Task(task_id=f"session-{rec.session_id}", instruction=rec.instruction, family="session", goal=None)
+        planner.reset(task, self._observation(rec, {}), seed=rec.seed)
+        return planner
+
+    def _observation(self, rec: SessionRecord, obs: dict[str, Any]) -> Observation:
+        skills = obs.get("skills") or rec.skills
+        if len(skills) > self.config.limits.max_skills:
+            raise InvalidInputError(f"{len(skills)} skills; the limit is {self.config.limits.max_skills}")
+        for skill, p in (obs.get("affordances") or {}).items():
+            if not (0.0 <= float(p) <= 1.0) or not math.isfinite(float(p)):
+                raise InvalidInputError(f"affordance of '{skill}' is {p}; it must be a probability in [0, 1]")
+        return Observation(skills=list(skills), state={"affordances": dict(obs.get("affordances") or {})},
+                           text=obs.get("text", ""))
+
+    def _replay_step(self, planner: Planner, rec: SessionRecord, event: dict[str, Any]) -> Decision:
+        obs = self._observation(rec, event.get("observation") or {})
+        fb = event.get("feedback")
+        last = None if fb is None else StepResult(bool(fb.get("success", True)), fb.get("text", ""), obs)
+        return planner.next_step(obs, last)
+
+    def create_session(self, request: dict[str, Any]) -> dict[str, Any]:
+        label = self._label(request.get("planner"))
+        instruction = self._instruction(request.get("instruction", ""))
+        env_name = request.get("env") or "kitchen"
+        skills = request.get("skills") or self.env_skills(env_name)
+        if len(skills) > self.config.limits.max_skills:
+            raise InvalidInputError(f"{len(skills)} skills; the limit is {self.config.limits.max_skills}")
+        if not skills or any(not s.strip() for s in skills):
+            raise InvalidInputError("skills must be non-empty labels")
+        self.config.env_spec(env_name)
+        rec = self.store.create(label, env_name, instruction, int(request.get("seed", 0)), list(skills))
+        return self.session_info(rec)
+
+    def session_info(self, rec: SessionRecord) -> dict[str, Any]:
+        return {"session_id": rec.session_id, "planner": rec.planner, "env": rec.env, "instruction": rec.instruction,
+                "skills": rec.skills, "steps": len(rec.events), "done": rec.done,
+                "idle_expiry_s": self.config.limits.session_idle_s}
+
+    def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        rec = self.store.get(session_id)
+        if rec.planner not in self.labels:
+            raise InvalidInputError(f"session {session_id} belongs to planner '{rec.planner}'")
+        if rec.done:
+            raise SessionConflictError(f"session {session_id} is finished (the planner chose done); start a new one")
+        if len(rec.events) >= self.config.limits.max_session_steps:
+            raise SessionConflictError(f"session {session_id} reached its cap of "
+                                       f"{self.config.limits.max_session_steps} steps")
+        index = len(rec.events)
+        event = {"observation": request.get("observation") or {}, "feedback": request.get("feedback")}
+        with self._lock:
+            cached = self._live.pop(session_id, None)
+        replayed = cached is None or cached[0] != index
+        if replayed:
+            planner, lock = self._build_planner(rec), threading.Lock()
+            with lock:
+                for k, past in enumerate(rec.events):
+                    got = self._replay_step(planner, rec, past)
+                    if got.skill != rec.decisions[k]["skill"]:
+                        log.warning("session %s: replay of step %d chose %r, logged %r", session_id, k, got.skill,
+                                    rec.decisions[k]["skill"])
+        else:
+            _, planner, lock = cached
+        with lock:
+            decision = self._replay_step(planner, rec, event)
+            self.store.append(session_id, index, event, {"skill": decision.skill, "done": decision.done})
+        with self._lock:
+            self._live[session_id] = (index + 1, planner, lock)
+            while len(self._live) > _LIVE_CACHE:
+                self._live.popitem(last=False)
+        return {"session_id": session_id, "step": index, "skill": decision.skill, "done": decision.done,
+                "prompt_delta": decision.prompt_delta, "candidates": candidates_out(decision.candidates),
+                "replayed": replayed and index > 0}
+
+    def delete_session(self, session_id: str) -> None:
+        self.store.delete(session_id)
+        with self._lock:
+            self._live.pop(session_id, None)
+
+    def forget(self) -> None:
+        """Drop every live planner (tests use it to simulate a replica restart)."""
+        with self._lock:
+            self._live.clear()
+
+
+def local_store(config: ServeConfig) -> SessionStore:
+    lim = config.limits
+    return SessionStore(lim.max_sessions, lim.session_idle_s, lim.max_session_steps)

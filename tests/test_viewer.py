@@ -1,0 +1,111 @@
+"""The trace viewer in headless Chromium (Selenium): open a sweep, filter, click an episode, and check
+what is shown; one screenshot per view goes to docs/viewer-*.png."""
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from groundplan.pipelines.sweep import run_sweep
+from groundplan.rollout.frames import png_bytes, write_frames
+from groundplan.serve.viewer import ViewerData, make_server, wilson
+from tests.fakes import FakeLM, small_kitchen_config
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("outputs")
+    cfg = small_kitchen_config(out, name="kitchen_demo", tasks={"families": ["nl_nouns", "nl_single_primitive"], "per_family": 3},
+                               seeds=[0], max_steps=6)
+    result = run_sweep(cfg, lm=FakeLM.following(PLAN), progress=False)
+    first = result.traces[0]
+    frames = []
+    for k in range(len(first.steps) + 1):  # synthetic top-down frames (the kitchen renders none)
+        img = np.full((48, 64, 3), 235, dtype=np.uint8)
+        img[8:40, 4 + 10 * k: 14 + 10 * k] = (200, 60, 40)
+        frames.append((k, png_bytes(img)))
+    write_frames(result.run_dir, first.episode_id, frames)
+    return result
+
+
+def test_data_side(sweep):
+    data = ViewerData(sweep.run_dir.parent)
+    assert [r["name"] for r in data.runs()] == ["kitchen_demo"]
+    run = data.run_data("kitchen_demo")
+    assert len(run["traces"]) == len(sweep.traces) and run["summary"]
+    all_rows = [r for r in run["table"] if r["family"] == "all"]
+    assert {r["planner"] for r in all_rows} == {"SayCan", "No-VF"}
+    row = all_rows[0]
+    ex = row["execution_success"]
+    assert (ex["lo"], ex["hi"]) == pytest.approx(wilson(ex["k"], ex["n"]))
+    assert "Infinity" not in data.run_json("kitchen_demo")
+    with pytest.raises(KeyError):
+        data.frame_path("kitchen_demo", "..", "0.png")
+    with pytest.raises(KeyError):
+        data.run_data("../etc")
+    assert wilson(0, 0) == (0.0, 1.0) and wilson(5, 10)[0] == pytest.approx(0.2366, abs=1e-3)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()):
+        pytest.skip("no chromium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(a)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    yield driver
+    driver.quit()
+
+
+def test_viewer_in_a_browser(sweep, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    server = make_server(sweep.run_dir.parent, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.episode-row")) == len(sweep.traces))
+        summary = browser.find_elements(By.CSS_SELECTOR, "tr.summary-row")
+        assert len(summary) == 6 and "[" in summary[0].text  # 2 planners x (2 families + all), with intervals
+        browser.save_screenshot(str(DOCS / "viewer-sweep.png"))
+
+        Select(browser.find_element(By.ID, "filter-planner")).select_by_visible_text("SayCan")
+        Select(browser.find_element(By.ID, "filter-success")).select_by_value("true")
+        rows = browser.find_elements(By.CSS_SELECTOR, "tr.episode-row")
+        expected = [t for t in sweep.traces if t.planner == "SayCan" and t.execution_success]
+        assert len(rows) == len(expected) > 0
+        assert all("SayCan" in r.text and "success" in r.text for r in rows)
+        browser.save_screenshot(str(DOCS / "viewer-filtered.png"))
+
+        Select(browser.find_element(By.ID, "filter-success")).select_by_value("")
+        Select(browser.find_element(By.ID, "filter-planner")).select_by_value("")
+        first = sweep.traces[0]
+        browser.find_element(By.CSS_SELECTOR, f"tr.episode-row[data-id='{first.episode_id}']").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#frames img[src^='blob:']")) == len(first.steps) + 1)
+        chips = browser.find_elements(By.CSS_SELECTOR, "#timeline .chip")
+        assert [c.text.split(". ", 1)[1] for c in chips] == [s.chosen for s in first.steps]
+        goal = browser.find_element(By.ID, "goal").text
+        assert ("success" if first.execution_success else "failure") in goal
+        assert len(browser.find_elements(By.CSS_SELECTOR, ".step svg.scores")) == len(first.steps)
+        assert browser.find_elements(By.CSS_SELECTOR, ".step svg .bar-1")  # SayCan: affordance bars drawn
+        deltas = [e.get_attribute("textContent") for e in browser.find_elements(By.CSS_SELECTOR, ".prompt-delta")]
+        assert deltas == [s.prompt_delta for s in first.steps if s.prompt_delta]
+        assert [e.text.removeprefix("feedback: ") for e in browser.find_elements(By.CSS_SELECTOR, ".feedback")] == \
+            [s.feedback for s in first.steps if s.feedback]
+        browser.save_screenshot(str(DOCS / "viewer-episode.png"))
+    finally:
+        server.shutdown()
+        server.server_close()
