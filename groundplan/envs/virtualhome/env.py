@@ -33,7 +33,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -295,6 +295,26 @@ class VirtualHomeEnv(Env):
             for p in self._train
         ]
 
+    # -- task files (docs/tasks.md) --------------------------------------------------------------
+    supports_task_files = True
+
+    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+        """``{program: <id>}``: the dataset program whose initial graph the episode starts from."""
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_start_state(data)
+
+    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
+        """Node, edge and action goals with objects by class (:mod:`.goal_language`)."""
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_goal(data, start_state)
+
+    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_reference_plan(steps)
+
     @property
     def action_space(self) -> ActionSpace:
         return scene_action_space()
@@ -319,7 +339,7 @@ class VirtualHomeEnv(Env):
 
     def reset(self, task: Task, seed: int) -> Observation:
         """Load the task's initial graph (the simulator is deterministic: ``seed`` changes nothing)."""
-        program_id = task.metadata.get("program_id", task.task_id)
+        program_id = (task.start_state or {}).get("program") or task.metadata.get("program_id", task.task_id)
         planner = self._planner(program_id)
         planner.reset()
         self.task = task
@@ -401,7 +421,10 @@ class VirtualHomeEnv(Env):
         executability cannot at the success rates a small model reaches."""
         steps = [s for s in trace.steps if not s.done]
         plan = [self.to_script(s.chosen) for s in steps]
-        references = self._references.get(task.instruction) or (tuple(task.metadata.get("script", ())),)
+        references = self._references.get(task.instruction)
+        if not references:  # a task from a file: its own reference plan, if it has one
+            own = task.metadata.get("script") or [self.to_script(s) for s in task.reference_plan or ()]
+            references = (tuple(own),)
         return {
             "executability": float(bool(steps) and all(s.success for s in steps)),
             "step_success": sum(bool(s.success) for s in steps) / len(steps) if steps else 0.0,
