@@ -21,6 +21,7 @@ import argparse
 import multiprocessing as mp
 import statistics
 import time
+from queue import Empty
 from typing import Any
 
 TARGETS = ("top left corner", "bottom right corner", "middle")
@@ -52,11 +53,20 @@ def measure(workers: int, n: int) -> dict[str, float]:
     procs = [ctx.Process(target=_worker, args=(n, i, barrier, queue)) for i in range(workers)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
-    for p in procs:
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"a benchmark worker exited with code {p.exitcode}")
+    results = []
+    try:
+        while len(results) < workers:
+            try:
+                results.append(queue.get(timeout=1.0))
+            except Empty:  # a worker that died never reports: stop instead of waiting forever
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a benchmark worker exited with code {dead[0]}") from None
+    finally:
+        for p in procs:
+            if p.is_alive() and len(results) < workers:
+                p.terminate()
+            p.join()
     first = min(r[1] for r in results)
     last = max(r[2] for r in results)
     total = sum(r[3] for r in results)
