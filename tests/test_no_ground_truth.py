@@ -6,8 +6,9 @@ and in their label; the others must never touch those fields.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -173,7 +174,10 @@ def test_the_guard_catches_a_leak():
 
 
 def test_subgoal_fallback_is_off_by_default_and_recorded_when_on():
-    from groundplan.planners.inner_monologue import InnerMonologueConfig, make_inner_monologue
+    from groundplan.planners.inner_monologue import (
+        InnerMonologueConfig,
+        make_inner_monologue,
+    )
 
     assert InnerMonologueConfig().subgoal_fallback is False
     planner = make_inner_monologue(FakeLM(generations=IM_THOUGHTS), feedback=["scene"], subgoal_fallback=True)

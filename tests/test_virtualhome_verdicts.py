@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("virtualhome_eval")
 
-from groundplan.envs.virtualhome import dataset  # noqa: E402
-from groundplan.envs.virtualhome.actions import ParseError  # noqa: E402
-from groundplan.envs.virtualhome.env import VirtualHomeEnv, scene_action_space  # noqa: E402
+from groundplan.envs.virtualhome import dataset
+from groundplan.envs.virtualhome.actions import ParseError
+from groundplan.envs.virtualhome.env import VirtualHomeEnv, scene_action_space
 
 
 @pytest.fixture(scope="module")

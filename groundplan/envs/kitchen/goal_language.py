@@ -11,7 +11,8 @@ clause and alternative it is in (:class:`~groundplan.envs.base.TaskSpecError.pat
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Task

@@ -15,7 +15,8 @@ Parsing gives the goal dict :func:`groundplan.envs.tabletop.tasks.check` reads.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -76,7 +77,7 @@ def parse_start_state(data: Any) -> dict[str, Any]:
     unknown = set(data) - {"blocks", "bowls", "xy", "layout_seed"}
     if unknown:
         raise TaskSpecError(f"unknown start_state key(s) {sorted(unknown)}; valid: blocks, bowls, xy, layout_seed",
-                            (sorted(unknown)[0],))
+                            (min(unknown),))
     blocks = _names(data.get("blocks", []), "blocks", block_name, MAX_BLOCKS)
     bowls = _names(data.get("bowls", []), "bowls", bowl_name, MAX_BOWLS)
     if not blocks:
@@ -125,7 +126,7 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None) -> dict[str, An
     extra = set(data) - {"task", "blocks", *wanted}
     if extra:
         raise TaskSpecError(f"{family} takes parameters {sorted(wanted) or 'none'} (and blocks), got {sorted(extra)}",
-                            (sorted(extra)[0],))
+                            (min(extra),))
     goal: dict[str, Any] = {"family": family, "blocks": scene_blocks, "bowls": scene_bowls}
     if "blocks" in data:
         chosen = data["blocks"]

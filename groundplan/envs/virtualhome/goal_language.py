@@ -17,7 +17,8 @@ exact nodes. States and relations are the simulator's own enums. Parsing gives t
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from groundplan.envs.base import TaskSpecError
 from groundplan.envs.virtualhome import dataset
@@ -54,7 +55,7 @@ def parse_start_state(data: Any) -> dict[str, Any]:
         raise TaskSpecError("a VirtualHome start_state is {program: <program id>}, the initial graph to start from")
     unknown = set(data) - {"program"}
     if unknown:
-        raise TaskSpecError(f"unknown start_state key(s) {sorted(unknown)}; valid: program", (sorted(unknown)[0],))
+        raise TaskSpecError(f"unknown start_state key(s) {sorted(unknown)}; valid: program", (min(unknown),))
     program = str(data.get("program", default_program()))
     known = {p.program_id for p in dataset.load_programs()}
     if program not in known:
@@ -84,7 +85,7 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None) -> dict[str, An
         raise TaskSpecError("a VirtualHome goal is a mapping with nodes, edges and/or actions")
     unknown = set(data) - {"nodes", "edges", "actions"}
     if unknown:
-        raise TaskSpecError(f"unknown goal key(s) {sorted(unknown)}; valid: nodes, edges, actions", (sorted(unknown)[0],))
+        raise TaskSpecError(f"unknown goal key(s) {sorted(unknown)}; valid: nodes, edges, actions", (min(unknown),))
     program = (start_state or {}).get("program") or default_program()
     by_id, _ = _graph(program)
     states, relations = _enums()
