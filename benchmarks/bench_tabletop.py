@@ -1,19 +1,34 @@
-"""Tabletop simulator throughput: pick-and-place primitives per second for one worker, scaling to 2
-workers (two processes, each with its own env / PyBullet client), and render time per frame.
+"""Tabletop simulator throughput: pick-and-place primitives per second for 1 and for W workers, and
+render time per frame.
 
-    python benchmarks/bench_tabletop.py [--n 8] [--width 160 --height 120]
+    python benchmarks/bench_tabletop.py [--n 12] [--workers 2] [--repeats 1] [--width 160 --height 120]
 
-Last line: ``result: pickplace_per_s=<x> scaling_2w=<x> render_ms=<x>`` (scaling = 2-worker total
-throughput / 1-worker throughput; 2.0 is perfect).
+Each measurement starts ``workers`` fresh processes (spawn), each with its own env / PyBullet client.
+A worker builds and resets its env, then waits at a barrier shared with every other worker; after the
+barrier each runs ``n`` pick-and-places and reports when it started and finished on the system-wide
+monotonic clock. Throughput is the total pick-and-places over one shared wall-clock window, from the
+first start to the last finish, so two workers only add up when they really ran at the same time.
+The 1-worker baseline is the same code path (a fresh process behind a barrier of one), measured in the
+same run. With ``--repeats`` > 1 the 1-worker and W-worker runs alternate and the medians are reported.
+
+Last line: ``result: pickplace_per_s=<1 worker> pickplace_per_s_<W>w=<W workers> scaling_<W>w=<ratio>
+render_ms=<x>`` (scaling = W-worker throughput / 1-worker throughput; W is perfect, and it cannot
+exceed the number of free cores).
 """
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import statistics
 import time
+from queue import Empty
+from typing import Any
+
+TARGETS = ("top left corner", "bottom right corner", "middle")
 
 
-def _worker(n: int, task_index: int, queue=None) -> float:
+def _worker(n: int, task_index: int, barrier: Any, queue: Any) -> None:
+    """Set up outside the window, wait at the barrier, then time ``n`` pick-and-places."""
     from groundplan.envs.tabletop.env import TabletopEnv
     from groundplan.envs.tabletop.tasks import make_task
 
@@ -21,57 +36,87 @@ def _worker(n: int, task_index: int, queue=None) -> float:
     task = make_task("stack_all_blocks", task_index)
     env.reset(task, 0)
     blocks = task.goal["blocks"]
-    done = 0
-    t0 = time.perf_counter()
-    while done < n:
-        for target in ["top left corner", "bottom right corner", "middle"]:
-            env.execute(f"pick the {blocks[done % len(blocks)]} and place it on the {target}")
-            done += 1
-            if done >= n:
-                break
-    rate = n / (time.perf_counter() - t0)
+    barrier.wait()
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on this machine
+    for i in range(n):
+        env.execute(f"pick the {blocks[i % len(blocks)]} and place it on the {TARGETS[i % len(TARGETS)]}")
+    end = time.monotonic()
     env.close()
-    if queue is not None:
-        queue.put(rate)
-    return rate
+    queue.put((task_index, start, end, n))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=8, help="pick-and-places per worker")
-    ap.add_argument("--width", type=int, default=160)
-    ap.add_argument("--height", type=int, default=120)
-    args = ap.parse_args()
-
-    one = _worker(args.n, 0)
-    print(f"1 worker: {one:.2f} pick-and-place/s (each includes 1 top-down render for the observation)")
+def measure(workers: int, n: int) -> dict[str, float]:
+    """``workers`` fresh processes behind one barrier; total pick-and-places / shared window."""
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(args.n, i, q)) for i in range(2)]
-    t0 = time.perf_counter()
+    queue = ctx.Queue()
+    barrier = ctx.Barrier(workers)
+    procs = [ctx.Process(target=_worker, args=(n, i, barrier, queue)) for i in range(workers)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join()
-    rates = [q.get() for _ in procs]
-    wall = time.perf_counter() - t0
-    total = sum(rates)
-    print(f"2 workers: {rates[0]:.2f} + {rates[1]:.2f} = {total:.2f} pick-and-place/s (wall incl. startup {wall:.1f} s)")
+    results = []
+    try:
+        while len(results) < workers:
+            try:
+                results.append(queue.get(timeout=1.0))
+            except Empty:  # a worker that died never reports: stop instead of waiting forever
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a benchmark worker exited with code {dead[0]}") from None
+    finally:
+        for p in procs:
+            if p.is_alive() and len(results) < workers:
+                p.terminate()
+            p.join()
+    first = min(r[1] for r in results)
+    last = max(r[2] for r in results)
+    total = sum(r[3] for r in results)
+    skew = max(r[1] for r in results) - first
+    return {"rate": total / (last - first), "window_s": last - first, "total": total, "start_skew_s": skew}
 
+
+def render_ms(width: int, height: int, reps: int = 30) -> float:
     from groundplan.envs.tabletop.env import TabletopEnv
     from groundplan.envs.tabletop.tasks import make_task
 
     env = TabletopEnv()
     env.reset(make_task("put_blocks_in_bowl", 0), 0)
     for _ in range(3):
-        env.world.render("top", args.width, args.height)
-    reps = 30
+        env.world.render("top", width, height)
     t0 = time.perf_counter()
     for _ in range(reps):
-        env.world.render("top", args.width, args.height)
-    render_ms = 1000 * (time.perf_counter() - t0) / reps
-    print(f"render: {render_ms:.1f} ms per {args.width}x{args.height} RGB-D+segmentation frame (TinyRenderer)")
-    print(f"result: pickplace_per_s={one:.2f} scaling_2w={total / one:.2f} render_ms={render_ms:.1f}")
+        env.world.render("top", width, height)
+    out = 1000 * (time.perf_counter() - t0) / reps
+    env.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=12, help="pick-and-places per worker")
+    ap.add_argument("--workers", type=int, default=2, help="workers of the parallel measurement")
+    ap.add_argument("--repeats", type=int, default=1, help="alternating 1-worker / W-worker measurements")
+    ap.add_argument("--width", type=int, default=160)
+    ap.add_argument("--height", type=int, default=120)
+    args = ap.parse_args()
+    if args.n < 1 or args.workers < 2 or args.repeats < 1:
+        ap.error("need --n >= 1, --workers >= 2 and --repeats >= 1")
+
+    ones, many = [], []
+    for r in range(args.repeats):
+        one = measure(1, args.n)
+        ones.append(one["rate"])
+        print(f"[{r}] 1 worker: {one['rate']:.2f} pick-and-place/s ({one['total']} in {one['window_s']:.2f} s; "
+              f"each includes 1 top-down render for the observation)")
+        par = measure(args.workers, args.n)
+        many.append(par["rate"])
+        print(f"[{r}] {args.workers} workers: {par['rate']:.2f} pick-and-place/s ({par['total']} in one "
+              f"{par['window_s']:.2f} s window; starts {1000 * par['start_skew_s']:.1f} ms apart)")
+    one_rate, many_rate = statistics.median(ones), statistics.median(many)
+    ms = render_ms(args.width, args.height)
+    print(f"render: {ms:.1f} ms per {args.width}x{args.height} RGB-D+segmentation frame (TinyRenderer)")
+    w = args.workers
+    print(f"result: pickplace_per_s={one_rate:.2f} pickplace_per_s_{w}w={many_rate:.2f} "
+          f"scaling_{w}w={many_rate / one_rate:.2f} render_ms={ms:.1f}")
 
 
 if __name__ == "__main__":

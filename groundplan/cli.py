@@ -123,20 +123,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, overrides + runtime_overrides(args))
     result = run_sweep(cfg, progress=not args.no_progress, resume=not args.fresh)
     from groundplan.envs import ENVS
-    from groundplan.pipelines.summary import render_metric_table
+    from groundplan.pipelines.summary import print_table, render_metric_table
 
     metrics = ENVS.get(cfg.env.name).capabilities.table_measures
     if metrics:  # env-specific metrics, e.g. Zero-Shot Planners' executability / LCS (Table 2)
-        console.print(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"))
+        print_table(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"), console)
     else:
-        console.print(render_table(result.summary, title=cfg.name))
+        print_table(render_table(result.summary, title=cfg.name), console)
     if result.best:  # planner grids: every method at its best variant (Zero-Shot Planners, A.1)
         from groundplan.pipelines.summary import method_rows
 
         rows = method_rows(result.summary, [(p.display, p.group) for p in cfg.planners], result.best)
         shown = list(metrics) if metrics else list(dict.fromkeys([*cfg.select_by, "execution_success", "mean_steps"]))
         title = f"{cfg.name}: each grid at its best variant by {' + '.join(cfg.select_by)}"
-        console.print(render_metric_table(rows, shown, title=title))
+        print_table(render_metric_table(rows, shown, title=title), console)
         for group, row in result.best.items():
             console.print(f"  {group}: {row.planner}", markup=False)
     errors = sum(r.errors for r in result.summary if r.family == "all")

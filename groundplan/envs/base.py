@@ -8,9 +8,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
+
+
+class TaskSpecError(InvalidInputError):
+    """A goal, start state or reference plan written by a user (a task file) that does not parse.
+
+    ``path`` locates the bad part inside the data the env was given (keys and list indices, e.g.
+    ``(1, 0)`` for the first alternative of the second clause), so that
+    :func:`groundplan.envs.task_files.load_task_file` can name the line it is on.
+    """
+
+    def __init__(self, message: str, path: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.path: tuple[Any, ...] = tuple(path)
 
 
 @dataclass(frozen=True)
@@ -71,3 +85,34 @@ class Env(ABC):
     def default_affordance(self) -> str | None:
         """The registered affordance source that fits this env (``groundplan plan`` uses it), or None."""
         return None
+
+    # -- user tasks (task files, docs/tasks.md) ------------------------------------------------
+    #: whether :meth:`parse_goal` reads this env's goal language (task files need it)
+    supports_task_files: bool = False
+
+    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+        """A task file's ``start_state`` (plain data) → the ``Task.start_state`` this env's ``reset``
+        reads, validated; None when the file gives none. Raises :class:`TaskSpecError`."""
+        if data is None:
+            return None
+        raise TaskSpecError(f"the {self.name} env takes no start_state in task files")
+
+    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
+        """A task file's ``goal``, written in this env's goal language (docs/tasks.md), → the ``Task.goal``
+        its goal check reads, validated against the start state (objects, locations, predicates).
+        Raises :class:`TaskSpecError` naming the bad part. Default: not supported."""
+        raise TaskSpecError(f"the {self.name} env does not read goals from task files")
+
+    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        """A task file's ``reference_plan`` (a list of skill labels) → ``Task.reference_plan``; the
+        default checks only that it is a list of non-empty strings. Raises :class:`TaskSpecError`."""
+        if not isinstance(steps, (list, tuple)):
+            raise TaskSpecError(f"reference_plan must be a list of skill labels, got {type(steps).__name__}")
+        for i, step in enumerate(steps):
+            if not isinstance(step, str) or not step.strip():
+                raise TaskSpecError(f"reference_plan step {i + 1} must be a non-empty string, got {step!r}", (i,))
+        return tuple(s.strip() for s in steps)
+
+    def task_metadata(self, goal: Any, start_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Env-specific ``Task.metadata`` for a user task (e.g. the tabletop's reference sub-goals)."""
+        return {}

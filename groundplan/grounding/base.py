@@ -25,7 +25,14 @@ class AffordanceSource(Protocol):
 
 
 class Affordance:
-    """Convenience base with a no-op ``reset``."""
+    """Convenience base with a no-op ``reset``.
+
+    ``oracle`` names the ground truth a source reads from the task (e.g. its reference plan); None
+    for sources that look only at the observation. A planner using such a source reports it in
+    :attr:`groundplan.planners.base.Planner.oracles` and its label says so.
+    """
+
+    oracle: str | None = None
 
     def reset(self, task: Task, seed: int) -> None:  # noqa: D401 - interface method
         return None

@@ -210,7 +210,12 @@ class LanguageSimAffordance(Affordance):
     been executed the next solution skill is "done". Use it with ``KitchenEnv(mode="language")``.
 
     ``last_target`` and ``last_distractors`` record the most recent call's choices (for tests, traces).
+
+    It reads ``task.reference_plan``, so it is an oracle: a planner using it is labelled
+    "(oracle reference-plan affordances)".
     """
+
+    oracle = "reference-plan affordances"
 
     def __init__(self, **options: Any) -> None:
         self.config: LanguageSimConfig = validate_options(LanguageSimConfig, options, "kitchen_language_sim affordance options")

@@ -1,9 +1,20 @@
-"""Summary tables computed from traces only, so every number traces back to its episodes."""
+"""Summary tables computed from traces only, so every number traces back to its episodes.
+
+Every success rate carries its n and a 95% Wilson score interval (:func:`wilson_interval`), and every
+two planners run on the same episodes (same env, task and seed) are compared by an exact McNemar test
+(:func:`mcnemar_exact`, :func:`paired_tests`), so a reader can see when a handful of episodes decides
+nothing. :func:`summary_document` is what ``summary.json`` holds.
+"""
 from __future__ import annotations
 
+import io
+import json
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterable
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Iterable
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.rollout.traces import EpisodeTrace
@@ -11,6 +22,51 @@ from groundplan.rollout.traces import EpisodeTrace
 ALL = "all"
 #: a row's own rates, which metric names may also refer to
 ROW_RATES = ("execution_success", "plan_success", "mean_steps")
+#: env measures that are a 0/1 outcome per episode, so their mean is a proportion with a Wilson interval
+#: (the others, e.g. LCS or step counts, are means of non-binary values and get none)
+PROPORTION_MEASURES = frozenset({"execution_success", "plan_success", "executability", "goal_success"})
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval for a binomial proportion (Wilson 1927; Brown, Cai & DasGupta 2001):
+
+        centre = (p̂ + z²/2n) / (1 + z²/n),   half = z·sqrt(p̂(1-p̂)/n + z²/4n²) / (1 + z²/n)
+
+    with p̂ = successes/n. Unlike p̂ ± z·sqrt(p̂(1-p̂)/n) it stays inside [0, 1] and is not zero-width at
+    0 or n successes (0 of 10 gives [0, 0.28], not [0, 0]). ``n = 0`` gives the uninformative [0, 1].
+    """
+    if n < 0 or successes < 0 or successes > n:
+        raise InvalidInputError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if z <= 0:
+        raise InvalidInputError(f"z must be positive, got {z}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    if successes == 0:
+        lo = 0.0
+    if successes == n:
+        hi = 1.0
+    return lo, hi
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes (McNemar 1947, exact form): under the
+    null of equal success rates each discordant pair (one planner succeeds, the other fails) is a fair
+    coin, so p = min(1, 2·P[X <= min(a_only, b_only)]) with X ~ Binomial(a_only + b_only, 1/2). Pairs where
+    both succeed or both fail carry no information about the difference. No discordant pairs: p = 1."""
+    if a_only < 0 or b_only < 0:
+        raise InvalidInputError(f"discordant counts must be non-negative, got {a_only}, {b_only}")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
 
 
 @dataclass
@@ -24,24 +80,69 @@ class SummaryRow:
     mean_steps: float
     errors: int
     metrics: dict[str, float] = field(default_factory=dict)  # mean of each env metric over the episodes
+    #: episodes whose goal held in the final state (execution_success = this / episodes)
+    execution_successes: int = 0
+    #: 95% Wilson interval of execution_success
+    execution_ci: tuple[float, float] = (0.0, 1.0)
+    #: episodes with a plan-success verdict (the env can replay plans), the successes among them, and
+    #: the 95% Wilson interval (None when the env cannot replay)
+    plan_episodes: int = 0
+    plan_successes: int | None = None
+    plan_ci: tuple[float, float] | None = None
+    #: for env measures that are 0/1 per episode (:data:`PROPORTION_MEASURES`): [successes, n, lo, hi]
+    metric_cis: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["execution_ci"] = list(self.execution_ci)
+        out["plan_ci"] = None if self.plan_ci is None else list(self.plan_ci)
+        return out
+
+    def interval(self, name: str) -> tuple[int, int, float, float] | None:
+        """(successes, n, lo, hi) of a rate of this row, or None when it is not a proportion."""
+        if name == "execution_success":
+            return (self.execution_successes, self.episodes, *self.execution_ci)
+        if name == "plan_success":
+            if self.plan_ci is None or self.plan_successes is None:
+                return None
+            return (self.plan_successes, self.plan_episodes, *self.plan_ci)
+        if name in self.metric_cis:
+            k, n, lo, hi = self.metric_cis[name]
+            return int(k), int(n), lo, hi
+        return None
+
+
+def _is_binary(values: list[float]) -> bool:
+    return all(v in (0.0, 1.0) for v in values)
 
 
 def _row(planner: str, env: str, family: str, traces: list[EpisodeTrace]) -> SummaryRow:
     n = len(traces)
     plan = [t.plan_success for t in traces if t.plan_success is not None]
+    executed = sum(bool(t.execution_success) for t in traces)
+    names = sorted({k for t in traces for k in t.metrics})
+    metric_cis: dict[str, list[float]] = {}
+    for k in names:
+        values = [float(t.metrics.get(k, 0.0)) for t in traces]
+        if k in PROPORTION_MEASURES and _is_binary(values):
+            hits = int(sum(values))
+            metric_cis[k] = [hits, n, *wilson_interval(hits, n)]
     return SummaryRow(
         planner=planner,
         env=env,
         family=family,
         episodes=n,
         plan_success=(sum(plan) / len(plan)) if plan else None,
-        execution_success=sum(t.execution_success for t in traces) / n,
+        execution_success=executed / n,
         mean_steps=sum(len(t.plan) for t in traces) / n,
         errors=sum(t.error is not None for t in traces),
-        metrics={k: sum(t.metrics.get(k, 0.0) for t in traces) / n for k in sorted({k for t in traces for k in t.metrics})},
+        metrics={k: sum(t.metrics.get(k, 0.0) for t in traces) / n for k in names},
+        execution_successes=executed,
+        execution_ci=wilson_interval(executed, n),
+        plan_episodes=len(plan),
+        plan_successes=sum(plan) if plan else None,
+        plan_ci=wilson_interval(sum(plan), len(plan)) if plan else None,
+        metric_cis=metric_cis,
     )
 
 
@@ -98,12 +199,98 @@ def method_rows(rows: list[SummaryRow], labels: list[tuple[str, str | None]],
     return out
 
 
+# ------------------------------------------------------------------------------------ paired tests
+def _outcome(trace: EpisodeTrace, measure: str) -> bool | None:
+    if measure == "execution_success":
+        return bool(trace.execution_success)
+    if measure == "plan_success":
+        return None if trace.plan_success is None else bool(trace.plan_success)
+    value = trace.metrics.get(measure)
+    return None if value is None or value not in (0.0, 1.0) else bool(value)
+
+
+def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = None) -> list[dict[str, Any]]:
+    """An exact McNemar test (:func:`mcnemar_exact`) between every two planners of an env, on the
+    episodes both ran (same task id and seed), for each 0/1 measure both have (execution success, plan
+    success where the env replays plans, and the env's proportion measures). Each record names the two
+    planners, the measure, the pair counts (both / only a / only b / neither), each planner's rate on
+    the paired episodes and the two-sided p-value. No multiple-comparison correction is applied."""
+    by_env: dict[str, dict[str, dict[tuple[str, int], EpisodeTrace]]] = defaultdict(lambda: defaultdict(dict))
+    for t in traces:
+        by_env[t.env][t.planner].setdefault((t.task_id, t.seed), t)
+    order = {p: i for i, p in enumerate(planner_order or [])}
+    out: list[dict[str, Any]] = []
+    for env, planners in sorted(by_env.items()):
+        names = sorted(planners, key=lambda p: (order.get(p, 1e9), p))
+        for a, b in combinations(names, 2):
+            keys = [k for k in planners[a] if k in planners[b]]
+            if not keys:
+                continue
+            measures = ["execution_success", "plan_success",
+                        *sorted(m for m in PROPORTION_MEASURES - set(ROW_RATES)
+                                if any(m in planners[a][k].metrics for k in keys))]
+            for m in measures:
+                pairs = [(_outcome(planners[a][k], m), _outcome(planners[b][k], m)) for k in keys]
+                pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+                if not pairs:
+                    continue
+                both = sum(x and y for x, y in pairs)
+                a_only = sum(x and not y for x, y in pairs)
+                b_only = sum(y and not x for x, y in pairs)
+                n = len(pairs)
+                out.append({
+                    "env": env, "measure": m, "a": a, "b": b, "n_pairs": n,
+                    "both": both, "a_only": a_only, "b_only": b_only, "neither": n - both - a_only - b_only,
+                    "a_rate": (both + a_only) / n, "b_rate": (both + b_only) / n,
+                    "p_value": mcnemar_exact(a_only, b_only),
+                    "test": "McNemar exact, two-sided (binomial on discordant pairs)",
+                })
+    return out
+
+
+def summary_document(rows: list[SummaryRow], traces: Iterable[EpisodeTrace],
+                     planner_order: list[str] | None = None) -> dict[str, Any]:
+    """What ``summary.json`` holds: the rows (each rate with n and its 95% Wilson interval) and the
+    paired McNemar tests between planners on the same episodes."""
+    return {
+        "interval": "95% Wilson score interval",
+        "rows": [r.to_dict() for r in rows],
+        "paired_tests": paired_tests(traces, planner_order),
+    }
+
+
+def write_summary(path: str | Path, rows: list[SummaryRow], traces: Iterable[EpisodeTrace],
+                  planner_order: list[str] | None = None) -> Path:
+    """Write :func:`summary_document` as JSON to ``path`` and return the path."""
+    path = Path(path)
+    path.write_text(json.dumps(summary_document(rows, traces, planner_order), indent=2))
+    return path
+
+
+# ------------------------------------------------------------------------------------ rendering
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
 
+def format_rate(successes: int, n: int, lo: float, hi: float) -> str:
+    """``"25% [9–53]"``: the rate and its 95% interval in percent."""
+    rate = successes / n if n else 0.0
+    return f"{100 * rate:.0f}% [{100 * lo:.0f}–{100 * hi:.0f}]"
+
+
+def _rate_cell(row: SummaryRow, name: str, with_n: bool = False) -> str:
+    ci = row.interval(name)
+    if ci is None:
+        value = getattr(row, name, None)
+        return _pct(value)
+    text = format_rate(*ci)
+    return f"{text} n={ci[1]}" if with_n else text
+
+
 def render_table(rows: list[SummaryRow], title: str = "Results"):
-    """A rich table: families down, planners across, plan / execution success in each cell."""
+    """A rich table: families down, planners across; each cell is a success rate with its 95% Wilson
+    interval, one column per planner for execution success and, for envs that replay plans, one for
+    plan success. The n column is the episodes per planner (cells add ``n=`` where planners differ)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -111,21 +298,25 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
     has_plan = any(r.plan_success is not None for r in rows)  # envs that cannot replay plans: exec only
     families = list(dict.fromkeys(r.family for r in rows if r.family != ALL)) + [ALL]
     cell = {(r.planner, r.family): r for r in rows}
-    table = Table(title=f"{title}: " + ("plan success / execution success" if has_plan else "success"))
-    table.add_column("family")
-    table.add_column("n", justify="right")
+    what = "plan success / execution success" if has_plan else "success"
+    table = Table(title=f"{title}: {what}, % [95% Wilson interval]")
+    table.add_column("family", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    measures = ["plan_success", "execution_success"] if has_plan else ["execution_success"]
     for p in planners:
-        table.add_column(escape(f"{p}\nplan / exec" if has_plan else f"{p}\nsuccess"), justify="center")
+        for m in measures:
+            head = {"plan_success": "plan", "execution_success": "exec" if has_plan else "success"}[m]
+            table.add_column(escape(f"{p}\n{head}"), justify="center", no_wrap=True)
     for fam in families:
-        n = next((cell[(p, fam)].episodes for p in planners if (p, fam) in cell), 0)
+        ns = [cell[(p, fam)].episodes for p in planners if (p, fam) in cell]
+        same = len(set(ns)) <= 1
         cells = []
         for p in planners:
             r = cell.get((p, fam))
-            if r is None:
-                cells.append("")
-            else:
-                cells.append(f"{_pct(r.plan_success)} / {_pct(r.execution_success)}" if has_plan else _pct(r.execution_success))
-        table.add_row(fam, str(n), *cells, end_section=(fam == families[-2] if len(families) > 1 else False))
+            for m in measures:
+                cells.append("" if r is None else _rate_cell(r, m, with_n=not same))
+        n_text = str(ns[0]) if ns and same else "/".join(map(str, ns))
+        table.add_row(fam, n_text, *cells, end_section=(fam == families[-2] if len(families) > 1 else False))
     return table
 
 
@@ -135,14 +326,42 @@ def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str =
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=title)
-    table.add_column("planner")
-    table.add_column("n", justify="right")
+    table = Table(title=f"{title} (rates: % [95% Wilson interval])")
+    table.add_column("planner", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
-        table.add_column(m, justify="right")
+        table.add_column(m, justify="right", no_wrap=True)
     for r in rows:
         if r.family != family:
             continue
-        vals = [getattr(r, m) if m in ROW_RATES else r.metrics.get(m) for m in metrics]
-        table.add_row(escape(r.planner), str(r.episodes), *("—" if v is None else f"{v:.3f}" for v in vals))
+        cells = []
+        for m in metrics:
+            ci = r.interval(m)
+            v = getattr(r, m) if m in ROW_RATES else r.metrics.get(m)
+            cells.append(format_rate(*ci) if ci is not None and ci[1] > 0 else ("—" if v is None else f"{v:.3f}"))
+        table.add_row(escape(r.planner), str(r.episodes), *cells)
     return table
+
+
+def render_text(renderable: Any) -> str:
+    """A rich renderable as plain text at its natural width (no colour, nothing cut to 80 columns), for
+    output that is not a terminal: CI logs, redirected stdout, files."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=10_000, color_system=None, force_terminal=False, soft_wrap=False,
+            legacy_windows=False).print(renderable)
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def print_table(renderable: Any, console: Any = None) -> None:
+    """Print a table: through ``console`` (a rich Console) on a terminal, where it wraps to the window;
+    as plain text at full width otherwise, so redirected output keeps every column whole."""
+    import sys
+
+    if console is not None and console.is_terminal:
+        console.print(renderable)
+        return
+    stream = getattr(console, "file", None) or sys.stdout
+    stream.write(render_text(renderable))
+    stream.flush()

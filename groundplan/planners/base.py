@@ -6,8 +6,17 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Iterable
 
 from groundplan.core.types import Decision, Observation, StepResult, Task
+
+
+def labelled(label: str, oracles: Iterable[str]) -> str:
+    """``label`` with the oracles a planner reads appended, e.g. ``"+Scene (oracle sub-goals)"``, so a
+    table never shows a variant that saw ground truth under the name of one that did not. Idempotent."""
+    names = [o for o in dict.fromkeys(oracles) if o]
+    suffix = f" (oracle {', '.join(names)})" if names else ""
+    return label if not suffix or label.endswith(suffix) else label + suffix
 
 
 class Planner(ABC):
@@ -24,6 +33,15 @@ class Planner(ABC):
     @abstractmethod
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
         """Choose the next skill given the current observation and the last step's result."""
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """Ground truth this planner reads at planning time (``task.goal``, ``task.reference_plan`` or
+        ``task.metadata``), by name; empty when it reads none. Only a config option may turn an oracle
+        on, and the display label must then say so: ``labelled(label, planner.oracles)``. The default
+        reports the oracle of the planner's affordance source (its ``oracle`` attribute), if any."""
+        oracle = getattr(getattr(self, "affordance", None), "oracle", None)
+        return (oracle,) if oracle else ()
 
     @property
     def prompt(self) -> str:

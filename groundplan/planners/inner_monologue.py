@@ -31,8 +31,18 @@ writes after ``Robot`` and may choose ``ask: <question>``; a scripted responder 
 (:class:`ScriptedHuman`).
 
 Scene descriptions check the sub-goals parsed from the LM's first ``Goal state is [...]`` thought
-with the success detector (App. A.1). If none parse (small models), ``subgoal_fallback`` uses the
-task's reference sub-goals and records ``info["subgoals_source"] = "task"``.
+with the success detector (App. A.1). If none parse (small models), the scene reports progress on no
+sub-goals. ``subgoal_fallback=True`` instead hands the planner the task's reference sub-goals: that is
+ground truth (an oracle), off by default; when on, the planner's label ends in "(oracle sub-goals)"
+(:attr:`InnerMonologuePlanner.oracles`) and each trace records ``info["subgoals_source"] = "task"``.
+
+Ground truth read at planning time, and the option that turns it on (see ``oracles``):
+
+* ``subgoal_fallback`` → the task's reference sub-goals (``task.metadata["subgoals"]``), "sub-goals";
+* ``"human"`` feedback → the scripted human answers "are we done / what next" questions from the
+  task's reference sub-goals (IM's human knows the task, Sec. 3.3), "scripted human".
+
+With neither, the planner never touches ``task.goal``, ``task.reference_plan`` or ``task.metadata``.
 """
 from __future__ import annotations
 
@@ -67,7 +77,7 @@ from groundplan.perception.scene_description import (
     parse_subgoal,
 )
 from groundplan.perception.success_detector import detect_success
-from groundplan.planners.base import Planner
+from groundplan.planners.base import Planner, labelled
 from groundplan.planners.saycan import load_prompt
 
 logger = logging.getLogger(__name__)
@@ -100,8 +110,10 @@ class InnerMonologueConfig(BaseModel):
     max_new_tokens: int = Field(32, ge=1, description="Longest generated action / question.")
     thought_max_new_tokens: int = Field(96, ge=1, description="Longest generated thought (the goal list is long).")
     max_questions: int = Field(2, ge=0, description="Most questions per step with 'human' feedback.")
-    subgoal_fallback: bool = Field(True, description="Use the task's reference sub-goals when none of the "
-                                   "generated goal state parses.")
+    subgoal_fallback: bool = Field(False, description="ORACLE: use the task's reference sub-goals "
+                                   "(ground truth) when none of the generated goal state parses. Off by default; "
+                                   "when on, the label ends in '(oracle sub-goals)' and traces record "
+                                   "subgoals_source='task'.")
     human_answers: dict[str, str] = Field(default_factory=dict, description="Scripted answers: a question "
                                           "containing the key (case-insensitive) gets the value; checked first.")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
@@ -207,6 +219,9 @@ class ScriptedHuman:
     * a question about being done/finished/complete → whether the task's reference sub-goals hold;
     * which/what/where/how/next questions → the first unsatisfied reference sub-goal as an action;
     * anything else → "I don't know."; ``answers`` (substring → answer) are checked first.
+
+    It is an oracle (the planner reports "scripted human" in ``oracles``); the task's sub-goals are read
+    only when a question needs them.
     """
 
     def __init__(self, task: Task, answers: Mapping[str, str] | None = None) -> None:
@@ -272,6 +287,17 @@ class InnerMonologuePlanner(Planner):
         self._skill_vectors: dict[str, np.ndarray] = {}
         self._steps = 0
         self._finished = False
+        self.name = labelled(self.name, self.oracles)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """Ground truth this configuration reads (see the module docstring); empty by default."""
+        out = []
+        if self.config.subgoal_fallback:
+            out.append("sub-goals")
+        if "human" in self.feedback:
+            out.append("scripted human")
+        return tuple(out)
 
     @property
     def prompt(self) -> str:
@@ -333,6 +359,8 @@ class InnerMonologuePlanner(Planner):
                 self._set_subgoals(thought, observation)
                 info["subgoals"] = [sg.text for sg in self._subgoals]
                 info["subgoals_source"] = self._subgoal_source
+            if self.oracles:
+                info["oracles"] = list(self.oracles)
         else:
             lines = []
             if "success" in self.feedback and last is not None:

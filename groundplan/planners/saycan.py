@@ -46,7 +46,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.base import AffordanceSource
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner
+from groundplan.planners.base import Planner, labelled
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class SayCanPlanner(DialogPlanner):
             )
         super().__init__(lm, cfg)
         self.affordance = affordance if cfg.use_affordance else None
-        self.name = "saycan" if cfg.use_affordance else "saycan_novf"
+        self.name = labelled("saycan" if cfg.use_affordance else "saycan_novf", self.oracles)
 
     def _reset_grounding(self, task: Task, seed: int) -> None:
         self._query = task.instruction.strip()

@@ -231,6 +231,25 @@ class KitchenEnv(Env):
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
         return tasks_for(families)
 
+    # --------------------------------------------------------------- task files (docs/tasks.md)
+    supports_task_files = True
+
+    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+        from groundplan.envs.kitchen import goal_language
+
+        return goal_language.parse_start_state(data)
+
+    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
+        """Predicates with any-of alternatives (:mod:`groundplan.envs.kitchen.goal_language`)."""
+        from groundplan.envs.kitchen import goal_language
+
+        return goal_language.parse_goal(data)
+
+    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        from groundplan.envs.kitchen import goal_language
+
+        return goal_language.parse_reference_plan(steps)
+
     # --------------------------------------------------------------- episode
     def initial_state(self, task: Task, seed: int) -> KitchenState:
         return initial_state(task, seed, self.config.robot_start)

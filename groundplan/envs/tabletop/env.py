@@ -23,7 +23,7 @@ import math
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -158,6 +158,31 @@ class TabletopEnv(Env):
         self._state = TabletopState(blocks, bowls, {}, dict(LOCATIONS))
         self._stats = {"picks": 0, "grasp_failures": 0, "disturbances": 0, "detected_successes": 0, "sim_steps": 0}
         return self._observe()
+
+    # ------------------------------------------------------------------ task files (docs/tasks.md)
+    supports_task_files = True
+
+    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+        """The scene: ``{blocks, bowls, xy?, layout_seed?}`` (:mod:`.goal_language`)."""
+        from groundplan.envs.tabletop import goal_language
+
+        return goal_language.parse_start_state(data)
+
+    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
+        """A task name and its parameters (:mod:`groundplan.envs.tabletop.goal_language`)."""
+        from groundplan.envs.tabletop import goal_language
+
+        return goal_language.parse_goal(data, start_state)
+
+    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        from groundplan.envs.tabletop import goal_language
+
+        return goal_language.parse_reference_plan(steps, start_state)
+
+    def task_metadata(self, goal: Any, start_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        from groundplan.envs.tabletop import goal_language
+
+        return goal_language.task_metadata(goal)
 
     @property
     def skills(self) -> list[str]:

@@ -10,6 +10,15 @@ instance placeholder, and :mod:`groundplan.envs.virtualhome.simulator` assigns t
 Parsing is by exact template: a text is a step only if it equals a template with every argument
 slot filled by a known object name, so "put on shirt" (wear) and "put shirt on table" (place) never
 get confused the way prefix matching would confuse them.
+
+Two sets of steps, on purpose:
+
+- the *labels* (template × the objects each slot's property rule allows, plus every step of the
+  dataset's programs) are what planners choose from and what translation embeds;
+- the *executable* steps (``parse(..., strict=False)``) are every template × every object class of the
+  scene, the character, rooms and floors included: any of them goes to the simulator, whose own
+  preconditions decide, so no step the simulator would run is refused before it sees it (e.g.
+  ``[WALK] <character>``, ``[PUTBACK] <keyboard> <computer>``, ``[PUTIN] <water> <hands_both>``).
 """
 from __future__ import annotations
 
@@ -128,17 +137,18 @@ class ActionSpace:
     :class:`ParseError` with the reason otherwise; :meth:`label` and :meth:`script` convert back.
     """
 
-    def __init__(self, objects: Mapping[str, Iterable[str]], extra: Iterable[Step] = ()) -> None:
+    def __init__(self, objects: Mapping[str, Iterable[str]], extra: Iterable[Step] = (),
+                 executable_objects: Iterable[str] = ()) -> None:
         """``objects``: class name → its properties (the union over the class's nodes); ``extra``:
         steps admitted beyond the property rules (the env adds every step of the dataset's human
-        programs, e.g. "pour water into hands both"), appended after the generated ones."""
+        programs, e.g. "pour water into hands both"), appended after the generated ones;
+        ``executable_objects``: further classes a step may name to be passed to the simulator
+        (``parse(..., strict=False)``) without being labels: the character, rooms, floors, walls."""
         self.objects: dict[str, frozenset[str]] = {c: frozenset(p) for c, p in sorted(objects.items())}
-        self._by_text: dict[str, str] = {}
-        for name in self.objects:
-            text = object_text(name)
-            if text in self._by_text and self._by_text[text] != name:
-                raise ValueError(f"object classes {self._by_text[text]!r} and {name!r} read the same")
-            self._by_text[text] = name
+        #: every class a step may name for the simulator to judge (labels' objects included)
+        self.executable_objects: frozenset[str] = frozenset(self.objects) | frozenset(executable_objects)
+        self._by_text = self._text_map(self.objects)
+        self._by_text_any = self._text_map(self.executable_objects)
         self.steps: list[Step] = []
         for action in TEMPLATES:
             for args in itertools.product(*(self._allowed(action, i) for i in range(ARITY[action]))):
@@ -158,6 +168,16 @@ class ActionSpace:
             for action, t in TEMPLATES.items()
         ]
 
+    @staticmethod
+    def _text_map(names: Iterable[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name in sorted(names):
+            text = object_text(name)
+            if text in out and out[text] != name:
+                raise ValueError(f"object classes {out[text]!r} and {name!r} read the same")
+            out[text] = name
+        return out
+
     def _allowed(self, action: str, slot: int) -> list[str]:
         need = ARG_PROPERTIES.get(action, ((),) * ARITY[action])[slot]
         return [c for c, props in self.objects.items() if not need or props & set(need)]
@@ -175,31 +195,36 @@ class ActionSpace:
             return self.parse(label)  # raises with the reason
         return self.steps[i]
 
-    def parse(self, text: str) -> Step:
+    def parse(self, text: str, strict: bool = True) -> Step:
         """A natural-language step or a script line → its :class:`Step`, by exact template.
 
+        ``strict`` (default): only the labels' steps. ``strict=False``: any template filled with any
+        class of :attr:`executable_objects`, for the simulator to judge (the env executes steps so).
         Raises :class:`ParseError` naming the problem: no template fits, an unknown object, a wrong
-        number of objects, or an object that the action does not accept.
+        number of objects, or (strict) an object that the action does not accept.
         """
         raw = text.strip()
         if raw.startswith("["):
-            return self._parse_script(raw)
+            return self._parse_script(raw, strict)
         norm = normalise_text(raw)
         if not norm:
             raise ParseError("empty step")
         i = self._index.get(norm)
         if i is not None:
             return self.steps[i]
+        by_text = self._by_text if strict else self._by_text_any
         fits, unknown = [], []
         for action, pattern in self._patterns:
             m = pattern.match(norm)
             if not m:
                 continue
-            names = [self._by_text.get(g.strip()) for g in m.groups()]
+            names = [by_text.get(g.strip()) for g in m.groups()]
             if all(names):
                 fits.append(Step(action, tuple(names)))  # type: ignore[arg-type]
             else:
                 unknown.extend(g.strip() for g, n in zip(m.groups(), names) if not n)
+        if fits and not strict:
+            return fits[0]
         if fits:
             step = fits[0]
             raise ParseError(f"'{norm}' is not admissible: {step.action} does not take {', '.join(step.args)}")
@@ -215,7 +240,7 @@ class ActionSpace:
             raise ParseError(f"'{line}' is not a script line of a known action")
         return Step(m.group(1).upper(), tuple(a.strip() for a, _ in _SCRIPT_ARG_RE.findall(m.group(2))))
 
-    def _parse_script(self, line: str) -> Step:
+    def _parse_script(self, line: str, strict: bool = True) -> Step:
         m = _SCRIPT_RE.match(line)
         if not m:
             raise ParseError(f"'{line}' is not a script line '[ACTION] <object> (n) ...'")
@@ -226,6 +251,11 @@ class ActionSpace:
         if len(args) != ARITY[action]:
             raise ParseError(f"'{line}': {action} takes {ARITY[action]} object(s), got {len(args)}")
         step = Step(action, args)
+        if not strict:
+            missing = [a for a in args if a not in self.executable_objects]
+            if missing:
+                raise ParseError(f"'{line}' names no object in the scene: {', '.join(missing)}")
+            return step
         if step.text not in self._index:
             missing = [a for a in args if a not in self.objects]
             if missing:

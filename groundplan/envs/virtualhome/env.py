@@ -8,8 +8,15 @@
   149: a plan that does nothing would reach them; ``keep_met_goals`` keeps them).
 - Skills: the natural-language form of every admissible step (:mod:`.actions`, about 42,000 labels,
   one action set for the whole scene as the paper's single action bank), plus the done label.
-- Steps run in the package's evolving-graph simulator (:mod:`.simulator`); a malformed,
-  inadmissible or unexecutable step is a failed :class:`StepResult` whose feedback is the reason.
+- Steps run in the package's evolving-graph simulator (:mod:`.simulator`). Any template filled with
+  any object class of the scene (the character, rooms and floors included) is passed to it, so the
+  simulator's own preconditions judge every step; the labels above are only what planners choose
+  from. A malformed or unexecutable step is a failed :class:`StepResult` whose feedback is the reason.
+- Redundant steps, whose effect already holds ("already on", "not sitting", "already grabbed": the
+  executor's "satisfied" error type): with ``redundant_steps="continue"`` (default, as the package's
+  own action-sequence evaluator, which counts them as additional steps and goes on) the step succeeds
+  without changing the state and the trace records ``info["redundant"] = True``; with ``"fail"`` it
+  is a failed step (and the plan is not executable), the rule before issue 10.
 - Goals: node, edge and action goals checked against the final state.
 - :meth:`VirtualHomeEnv.episode_metrics`: executability, goal success, LCS against the reference
   programs and plan length (the paper's Sec. 4 metrics); ``capabilities`` declares them for tables.
@@ -26,7 +33,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,6 +78,13 @@ class VirtualHomeConfig(BaseModel):
         "on light' whose light is on): any plan, even one that executes nothing, 'reaches' such a goal, so "
         "by default they are not test tasks.",
     )
+    redundant_steps: Literal["continue", "fail"] = Field(
+        "continue",
+        description="A step whose effect already holds ('already on', 'not sitting', 'already grabbed'; the "
+        "simulator's 'satisfied' error type): 'continue' (default, as the package's own evaluator) records it "
+        "as redundant (info['redundant']) and goes on, the state unchanged, the step counted as executed; "
+        "'fail' makes it a failed step, so the plan is not executable.",
+    )
     done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
     cache_size: int = Field(64, ge=1, description="Loaded tasks kept for reuse (each ~100 ms to load).")
 
@@ -100,10 +114,10 @@ class VirtualHomeSnapshot:
     def check(self, label: str) -> tuple[bool, str]:
         """(preconditions hold, reason when not) for a skill label or script line."""
         try:
-            step = scene_action_space().parse(label)
+            step = scene_action_space().parse(label, strict=False)
         except ParseError as exc:
             return False, str(exc)
-        outcome = sim.run_step(self.state, step, self.char_id)
+        outcome = sim.run_step(self.state, step, self.char_id, ids=explicit_ids(label))
         return outcome.success, outcome.reason
 
 
@@ -149,6 +163,20 @@ def scene_objects() -> dict[str, list[str]]:
     return _cached_json("objects", build)
 
 
+@functools.lru_cache(maxsize=1)
+def scene_classes() -> list[str]:
+    """Every object class of the scene's initial graphs, the character, rooms, walls and floors
+    included: what a step may name for the simulator to judge. Built once and cached on disk."""
+
+    def build() -> list[str]:
+        classes: set[str] = set()
+        for program in dataset.load_programs():
+            classes.update(node["class_name"] for node in dataset.load_init_graph(program.program_id)["nodes"])
+        return sorted(classes)
+
+    return _cached_json("classes", build)
+
+
 @functools.lru_cache(maxsize=2)
 def goals_met_at_start(goal_match: str = "class") -> frozenset[str]:
     """Ids of the programs whose goal already holds in their initial graph, with no action executed.
@@ -170,9 +198,10 @@ def goals_met_at_start(goal_match: str = "class") -> frozenset[str]:
 @functools.lru_cache(maxsize=1)
 def scene_action_space() -> ActionSpace:
     """The admissible steps of the scene (one set for every task, as the paper's action bank): the
-    property-based combinations plus every step of the dataset's human programs."""
+    property-based combinations plus every step of the dataset's human programs as labels, and every
+    class of the scene (:func:`scene_classes`) for steps the simulator is asked to judge."""
     extra = [ActionSpace.script_step(line) for p in dataset.load_programs() for line in p.class_script]
-    return ActionSpace(scene_objects(), extra)
+    return ActionSpace(scene_objects(), extra, executable_objects=scene_classes())
 
 
 _DATASET_ARG = re.compile(r"<[^<>]+>\s*\((\d+)\.(\d+)\)")
@@ -266,6 +295,26 @@ class VirtualHomeEnv(Env):
             for p in self._train
         ]
 
+    # -- task files (docs/tasks.md) --------------------------------------------------------------
+    supports_task_files = True
+
+    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+        """``{program: <id>}``: the dataset program whose initial graph the episode starts from."""
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_start_state(data)
+
+    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
+        """Node, edge and action goals with objects by class (:mod:`.goal_language`)."""
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_goal(data, start_state)
+
+    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+        from groundplan.envs.virtualhome import goal_language
+
+        return goal_language.parse_reference_plan(steps)
+
     @property
     def action_space(self) -> ActionSpace:
         return scene_action_space()
@@ -290,7 +339,7 @@ class VirtualHomeEnv(Env):
 
     def reset(self, task: Task, seed: int) -> Observation:
         """Load the task's initial graph (the simulator is deterministic: ``seed`` changes nothing)."""
-        program_id = task.metadata.get("program_id", task.task_id)
+        program_id = (task.start_state or {}).get("program") or task.metadata.get("program_id", task.task_id)
         planner = self._planner(program_id)
         planner.reset()
         self.task = task
@@ -327,14 +376,18 @@ class VirtualHomeEnv(Env):
         if skill.strip().lower() == self.done_skill:
             return StepResult(True, f"{self.done_skill}: episode ends", self._observe())
         try:
-            step = scene_action_space().parse(skill)
+            step = scene_action_space().parse(skill, strict=False)  # the simulator judges, not the label set
         except ParseError as exc:
             return StepResult(False, str(exc), self._observe(), info={"error": "parse"})
         ids = explicit_ids(skill)
         outcome = sim.run_step(self._state, step, self._char_id, ids=ids)
         info = {"script": step.script, "executed": outcome.script, "assignments_tried": outcome.tried}
+        if outcome.redundant and self.config.redundant_steps == "continue":
+            info.update(redundant=True, reason=outcome.reason)
+            return StepResult(True, f"{step.text}: redundant, its effect already holds ({outcome.reason})",
+                              self._observe(), info=info)
         if not outcome.success:
-            info["error"] = "precondition"
+            info["error"] = "redundant" if outcome.redundant else "precondition"
             return StepResult(False, f"{step.text}: {outcome.reason}", self._observe(), info=info)
         self._state = outcome.state
         self._executed.append(step.action)
@@ -355,7 +408,7 @@ class VirtualHomeEnv(Env):
     def to_script(self, label: str) -> str:
         """Script form of a label, or the label itself when it does not parse (it then matches nothing)."""
         try:
-            return scene_action_space().parse(label).script
+            return scene_action_space().parse(label, strict=False).script
         except ParseError:
             return label
 
@@ -368,7 +421,10 @@ class VirtualHomeEnv(Env):
         executability cannot at the success rates a small model reaches."""
         steps = [s for s in trace.steps if not s.done]
         plan = [self.to_script(s.chosen) for s in steps]
-        references = self._references.get(task.instruction) or (tuple(task.metadata.get("script", ())),)
+        references = self._references.get(task.instruction)
+        if not references:  # a task from a file: its own reference plan, if it has one
+            own = task.metadata.get("script") or [self.to_script(s) for s in task.reference_plan or ()]
+            references = (tuple(own),)
         return {
             "executability": float(bool(steps) and all(s.success for s in steps)),
             "step_success": sum(bool(s.success) for s in steps) / len(steps) if steps else 0.0,

@@ -35,6 +35,11 @@ MAX_ASSIGNMENTS = 64
 
 HOLD_RELATIONS = ("HOLDS_RH", "HOLDS_LH")
 
+#: the executor's error type for a step whose effect already holds ("already on", "not sitting",
+#: "already grabbed"): ``ExecutionInfo.assign_error_type("satisfied")``, which the package's own
+#: action-sequence evaluator counts as an "additional step" and steps over instead of failing the plan
+REDUNDANT_ERROR_TYPE = 4
+
 
 def package_root() -> Path:
     """Folder of the installed ``virtualhome_eval`` package (raises ImportError when missing)."""
@@ -75,6 +80,13 @@ class StepOutcome:
     script: str = ""
     ids: tuple[int, ...] = ()
     tried: int = 0
+    #: the executor's error type of the reported failure (see :data:`REDUNDANT_ERROR_TYPE`), None on success
+    error_type: int | None = None
+
+    @property
+    def redundant(self) -> bool:
+        """Failed only because the step's effect already holds (the simulator's own verdict)."""
+        return not self.success and self.error_type == REDUNDANT_ERROR_TYPE
 
 
 def _relation(name: str) -> Any:
@@ -111,11 +123,12 @@ def candidate_ids(state: Any, class_name: str, char_id: int) -> list[int]:
     return sorted(nodes, key=rank)
 
 
-def execute_line(state: Any, line: str) -> tuple[bool, Any, str]:
-    """One id-level script line on ``state`` (not modified): (success, next state, reason).
+def execute_line(state: Any, line: str) -> tuple[bool, Any, str, int | None]:
+    """One id-level script line on ``state`` (not modified): (success, next state, reason, error type).
 
     The same calls as ``MotionPlanner.my_execute_primitive_action_eval``; an exception from the
-    package (an unknown id, an action without executor) becomes a failure with its message.
+    package (an unknown id, an action without executor) becomes a failure with its message. The error
+    type is the executor's ``ExecutionInfo.get_error_type()`` (4: the effect already holds).
     """
     from virtualhome_eval.simulation.evolving_graph.execution import (
         ExecutionInfo,
@@ -131,11 +144,11 @@ def execute_line(state: Any, line: str) -> tuple[bool, Any, str]:
         script = Script([parse_script_line(line, 1)])
         next_state = next(ScriptExecutor.call_action_method(script, state, info, 0), None)
     except Exception as exc:  # the package raises on unknown ids and unsupported actions
-        return False, state, f"{type(exc).__name__}: {exc}"
+        return False, state, f"{type(exc).__name__}: {exc}", None
     if next_state is None:
         reason = info.get_error_string() or f"the preconditions of {line} do not hold"
-        return False, state, reason
-    return True, next_state, ""
+        return False, state, reason, info.get_error_type()
+    return True, next_state, "", None
 
 
 def run_step(state: Any, step: Step, char_id: int | None = None, ids: Sequence[int] | None = None) -> StepOutcome:
@@ -144,8 +157,8 @@ def run_step(state: Any, step: Step, char_id: int | None = None, ids: Sequence[i
         char_id = character_id(state)
     if ids is not None:
         line = step.script_with_ids(ids)
-        ok, new, reason = execute_line(state, line)
-        return StepOutcome(ok, new, reason, line, tuple(ids), 1)
+        ok, new, reason, error_type = execute_line(state, line)
+        return StepOutcome(ok, new, reason, line, tuple(ids), 1, error_type)
     pools = [candidate_ids(state, a, char_id) for a in step.args]
     missing = [a for a, p in zip(step.args, pools) if not p]
     if missing:
@@ -157,11 +170,11 @@ def run_step(state: Any, step: Step, char_id: int | None = None, ids: Sequence[i
     ):
         tried += 1
         line = step.script_with_ids(combo)
-        ok, new, reason = execute_line(state, line)
+        ok, new, reason, error_type = execute_line(state, line)
         if ok:
             return StepOutcome(True, new, "", line, tuple(combo), tried)
         if first is None:
-            first = StepOutcome(False, state, reason, line, tuple(combo))
+            first = StepOutcome(False, state, reason, line, tuple(combo), error_type=error_type)
     if first is None:  # zero-argument steps have exactly one (empty) assignment, so only on no combos
         return StepOutcome(False, state, f"no assignment of objects for {step.script}", step.script)
     first.tried = tried

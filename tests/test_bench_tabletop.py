@@ -1,0 +1,36 @@
+"""bench_tabletop's measurement: workers behind one barrier, one shared window (issue 10, item 5)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pybullet")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """The benchmark module, importable by name in the spawned workers (they unpickle its worker)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_tabletop", ROOT / "benchmarks" / "bench_tabletop.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_tabletop", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_two_workers_are_timed_over_one_window(bench):
+    out = bench.measure(2, 1)
+    assert out["total"] == 2  # both workers' pick-and-places count, over the window from first start to last end
+    assert out["window_s"] > 0 and out["rate"] == pytest.approx(2 / out["window_s"])
+    assert 0 <= out["start_skew_s"] <= out["window_s"]  # both started inside the window (after the barrier)
+    one = bench.measure(1, 1)  # the baseline: the same code path, one fresh process
+    assert one["total"] == 1 and one["start_skew_s"] == 0
+
+
+def test_a_worker_that_dies_stops_the_measurement(bench):
+    with pytest.raises(RuntimeError, match="exited with code"):
+        bench.measure(1, "not a count")  # the worker raises in range(n), after the barrier

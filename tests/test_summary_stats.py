@@ -1,0 +1,184 @@
+"""Error bars and paired tests in the summary (issue 10, item 8), and tables that survive non-tty output."""
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.pipelines.summary import (
+    ALL,
+    mcnemar_exact,
+    paired_tests,
+    print_table,
+    render_metric_table,
+    render_table,
+    summarize,
+    summary_document,
+    wilson_interval,
+    write_summary,
+)
+from groundplan.rollout.traces import EpisodeTrace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------ Wilson
+@pytest.mark.parametrize("k,n,lo,hi", [
+    (5, 10, 0.236590, 0.763410),   # the textbook example: 5 of 10
+    (0, 10, 0.0, 0.277540),        # no success: a non-zero upper bound
+    (10, 10, 0.722460, 1.0),
+    (1, 3, 0.061490, 0.792340),    # "3 episodes decide nothing"
+    (81, 263, 0.255288, 0.366211),
+])
+def test_wilson_known_values(k, n, lo, hi):
+    got = wilson_interval(k, n)
+    assert got == pytest.approx((lo, hi), abs=1e-5)
+
+
+def test_wilson_matches_the_closed_form_and_contains_the_rate():
+    z = 1.96
+    for n in (1, 2, 7, 50):
+        for k in range(n + 1):
+            lo, hi = wilson_interval(k, n, z)
+            p = k / n
+            centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+            assert lo <= p <= hi and 0.0 <= lo <= centre <= hi <= 1.0
+            # the bounds solve |p - q| = z sqrt(q(1-q)/n) (score test inversion)
+            for q in (lo, hi):
+                if 0.0 < q < 1.0:
+                    assert abs(p - q) == pytest.approx(z * math.sqrt(q * (1 - q) / n), abs=1e-9)
+
+
+def test_wilson_edge_cases():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(InvalidInputError):
+        wilson_interval(3, 2)
+    with pytest.raises(InvalidInputError):
+        wilson_interval(-1, 2)
+
+
+# ------------------------------------------------------------------------------------ McNemar
+@pytest.mark.parametrize("b,c,p", [
+    (1, 9, 22 / 1024),   # 2 * (C(10,0) + C(10,1)) / 2^10
+    (0, 5, 2 / 32),
+    (3, 3, 1.0),
+    (0, 0, 1.0),
+    (2, 8, 2 * (1 + 10 + 45) / 1024),
+])
+def test_mcnemar_hand_computed(b, c, p):
+    assert mcnemar_exact(b, c) == pytest.approx(p, rel=1e-12)
+    assert mcnemar_exact(c, b) == pytest.approx(p, rel=1e-12)  # symmetric
+
+
+def test_mcnemar_matches_scipy_binomtest():
+    stats = pytest.importorskip("scipy.stats")
+    for b in range(0, 25, 3):
+        for c in range(0, 25, 4):
+            if b + c == 0:
+                continue
+            assert mcnemar_exact(b, c) == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+
+
+# ------------------------------------------------------------------------------------ from traces
+def _trace(planner: str, task: str, seed: int, ok: bool, family: str = "f", plan: bool | None = None,
+           metrics: dict | None = None) -> EpisodeTrace:
+    return EpisodeTrace(episode_id=f"{planner}|{task}|{seed}", planner=planner, env="toy", task_id=task,
+                        family=family, instruction="x", seed=seed, llm="fake", execution_success=ok,
+                        plan_success=plan, metrics=metrics or {})
+
+
+def _paired_traces() -> list[EpisodeTrace]:
+    # 12 shared episodes: A wins 1 alone, B wins 8 alone, both 2, neither 1; plus one B-only episode
+    outcomes = [(True, True)] * 2 + [(True, False)] * 1 + [(False, True)] * 8 + [(False, False)] * 1
+    traces = []
+    for i, (a, b) in enumerate(outcomes):
+        task, seed = f"t{i // 2}", i % 2
+        traces.append(_trace("A", task, seed, a, metrics={"goal_success": float(a), "lcs": 0.5}))
+        traces.append(_trace("B", task, seed, b, metrics={"goal_success": float(b), "lcs": 0.25}))
+    traces.append(_trace("B", "extra", 0, True, metrics={"goal_success": 1.0, "lcs": 0.0}))
+    return traces
+
+
+def test_paired_tests_count_only_shared_episodes():
+    tests = paired_tests(_paired_traces(), planner_order=["A", "B"])
+    by_measure = {t["measure"]: t for t in tests}
+    assert set(by_measure) == {"execution_success", "goal_success"}  # lcs is not 0/1; no plan verdicts
+    t = by_measure["execution_success"]
+    assert (t["a"], t["b"], t["n_pairs"]) == ("A", "B", 12)
+    assert (t["both"], t["a_only"], t["b_only"], t["neither"]) == (2, 1, 8, 1)
+    assert t["p_value"] == pytest.approx(2 * (1 + 9) / 512)
+    assert t["a_rate"] == pytest.approx(3 / 12) and t["b_rate"] == pytest.approx(10 / 12)
+
+
+def test_rows_and_summary_json_carry_n_and_intervals(tmp_path):
+    traces = _paired_traces()
+    rows = summarize(traces, planner_order=["A", "B"])
+    b_all = next(r for r in rows if r.planner == "B" and r.family == ALL)
+    assert b_all.episodes == 13 and b_all.execution_successes == 11
+    assert b_all.execution_ci == pytest.approx(wilson_interval(11, 13))
+    assert b_all.metric_cis["goal_success"][:2] == [11, 13] and "lcs" not in b_all.metric_cis
+    path = write_summary(tmp_path / "summary.json", rows, traces, ["A", "B"])
+    saved = json.loads(path.read_text())
+    assert saved == json.loads(json.dumps(summary_document(rows, traces, ["A", "B"])))
+    row = next(r for r in saved["rows"] if r["planner"] == "B" and r["family"] == ALL)
+    assert row["execution_ci"] == pytest.approx(list(wilson_interval(11, 13)))
+    assert row["plan_ci"] is None
+    assert saved["paired_tests"][0]["p_value"] == pytest.approx(20 / 512)
+
+
+def test_plan_success_interval_uses_episodes_with_a_verdict():
+    traces = [_trace("A", f"t{i}", 0, ok=i < 2, plan=i < 3) for i in range(4)]
+    row = next(r for r in summarize(traces) if r.family == ALL)
+    assert (row.plan_successes, row.plan_episodes) == (3, 4)
+    assert row.plan_ci == pytest.approx(wilson_interval(3, 4))
+
+
+# ------------------------------------------------------------------------------------ rendering
+LONG = ["Open loop", "+Success", "+Scene", "+Object+Scene (oracle sub-goals)", "SayCan"]
+
+
+def _wide_rows():
+    traces = []
+    for p in LONG:
+        for fam in ("put_blocks_on_mismatched_bowls (unseen)", "pick_and_place"):
+            for i in range(3):
+                traces.append(_trace(p, f"{fam}{i}", 0, ok=i == 0, family=fam, plan=i < 2))
+    return summarize(traces, planner_order=LONG)
+
+
+def test_tables_are_not_cut_when_stdout_is_not_a_terminal():
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf)  # a file: not a terminal, as in CI logs or `> out.txt`
+    assert not console.is_terminal
+    print_table(render_table(_wide_rows(), title="inner_monologue_tabletop"), console)
+    print_table(render_metric_table(_wide_rows(), ["execution_success", "plan_success", "mean_steps"]), console)
+    text = buf.getvalue()
+    assert "…" not in text
+    for name in LONG + ["put_blocks_on_mismatched_bowls (unseen)", "execution_success", "plan_success"]:
+        assert name in text, name
+    assert max(len(line) for line in text.splitlines()) > 80  # it kept its natural width
+    assert "33% [6–79]" in text  # 1 of 3, with its interval
+    assert "\x1b[" not in text  # no colour codes in a log
+
+
+def test_eval_command_prints_intervals_when_redirected(monkeypatch, capsys, tmp_path):
+    """`groundplan eval` end to end with the sweep stubbed out: the printed table has n and intervals."""
+    from groundplan.cli import main
+    from groundplan.pipelines import evaluate
+    from groundplan.pipelines.evaluate import EvalResult
+
+    def fake_run_eval(cfg, progress=True, resume=True):
+        rows = _wide_rows()
+        return EvalResult(cfg, [], rows, tmp_path)
+
+    monkeypatch.setattr(evaluate, "run_eval", fake_run_eval)
+    assert main(["eval", str(ROOT / "configs" / "saycan_kitchen.yaml"), "--local", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "+Object+Scene (oracle sub-goals)" in out
+    assert "[95% Wilson interval]" in out and "33% [6–79]" in out

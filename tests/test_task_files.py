@@ -1,0 +1,204 @@
+"""Bring your own tasks (issue 10, item 7): load_task_file for each env's goal language, with errors
+that name the line and the bad predicate, object or location."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.envs.kitchen.env import KitchenEnv
+from groundplan.envs.task_files import load_task_file
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "configs" / "tasks"
+SUBGOAL = "Red block is on the blue bowl."
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+# ------------------------------------------------------------------------------------ kitchen
+def test_kitchen_example_file_loads_and_its_reference_plan_reaches_the_goal():
+    env = KitchenEnv(mode="language")
+    tasks = load_task_file(EXAMPLES / "kitchen.yaml", env)
+    assert [t.task_id for t in tasks] == ["coke-to-user", "any-citrus-soda", "tidy-table", "bin-the-chips"]
+    coke, citrus, tidy, binned = tasks
+    assert coke.goal == ((("delivered", "coke can"),),)
+    assert len(citrus.goal) == 1 and len(citrus.goal[0]) == 3  # one any-of clause
+    assert tidy.start_state == {"robot": "close counter", "placement": {"apple": "table", "sponge": "table"}}
+    assert binned.goal == ((("thrown_away", "rice chips"),), (("gripper_empty",),))
+    assert coke.metadata["source"].endswith("kitchen.yaml:8")
+    env.reset(coke, 0)
+    for step in coke.reference_plan:
+        assert env.execute(step).success
+    assert env.check_goal().success
+    env.reset(binned, 0)
+    assert env.state.robot == "table" and env.state.holding == "rice chips"  # the start state is used
+
+
+def test_kitchen_errors_name_the_line_and_the_bad_part(tmp_path):
+    path = _write(tmp_path, "bad.yaml", """
+        - instruction: bring me a coke
+          family: f
+          goal: [delivered(coke)]
+        - instruction: put the apple away
+          family: f
+          goal:
+            - at(apple, table)
+            - any:
+                - at(apple, far counter)
+                - at(apple, garage)
+        - instruction: fly
+          family: f
+          goal: [teleported(apple)]
+        - instruction: start somewhere odd
+          family: f
+          goal: [robot_at(table)]
+          start_state: {robot: roof}
+        - instruction: plan with a typo
+          family: f
+          goal: [robot_at(table)]
+          reference_plan: [go to the table, dance]
+        - family: f
+          goal: [gripper_empty()]
+    """)
+    with pytest.raises(InvalidInputError) as info:
+        load_task_file(path, KitchenEnv())
+    text = str(info.value)
+    assert text.startswith("6 problem(s)")  # every task is checked, not only the first bad one
+    assert f"{path}:3: task '0', goal: delivered: unknown object 'coke'" in text
+    assert f"{path}:10: task '1', goal: at: unknown location 'garage'" in text  # the line of the alternative
+    assert f"{path}:13: task '2', goal: unknown predicate 'teleported'" in text
+    assert f"{path}:17:" in text and "'roof'" in text
+    assert f"{path}:21:" in text and "'dance' is not a kitchen skill" in text
+    assert f"{path}:22: task '5': missing instruction" in text
+
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    good = {"instruction": "bring me a coke", "family": "f", "goal": ["delivered(coke can)"]}
+    lines = ["# comment", json.dumps({**good, "id": "a"}), "", json.dumps({**good, "id": "b", "goal": "near(fridge)"}),
+             json.dumps({**good, "id": "a"})]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidInputError) as info:
+        load_task_file(path, KitchenEnv())
+    text = str(info.value)
+    assert f"{path}:4: task 'b', goal: near: unknown object 'fridge'" in text
+    assert f"{path}:5: task id 'a' repeats the task on line 2" in text
+    path.write_text("\n".join(lines[:2]) + "\n{not json\n")
+    with pytest.raises(InvalidInputError, match=r"tasks.jsonl:3: not valid JSON"):
+        load_task_file(path, KitchenEnv())
+
+
+def test_file_level_errors(tmp_path):
+    from tests.fakes import ToyEnv
+
+    path = _write(tmp_path, "t.yaml", """
+        env: tabletop
+        tasks:
+          - {instruction: x, family: f, goal: [gripper_empty()]}
+    """)
+    with pytest.raises(InvalidInputError, match="for the 'tabletop' env, not 'kitchen'"):
+        load_task_file(path, KitchenEnv())
+    with pytest.raises(InvalidInputError, match="does not read task files"):
+        load_task_file(path, ToyEnv())
+    with pytest.raises(InvalidInputError, match="cannot read the task file"):
+        load_task_file(tmp_path / "missing.yaml", KitchenEnv())
+    with pytest.raises(InvalidInputError, match=r"\.yaml, \.yml or \.jsonl"):
+        load_task_file(_write(tmp_path, "t.txt", "x"), KitchenEnv())
+    with pytest.raises(InvalidInputError, match=r"t2.yaml:2: not valid YAML"):
+        load_task_file(_write(tmp_path, "t2.yaml", "- a: [1\n- b: 2\n"), KitchenEnv())
+    with pytest.raises(InvalidInputError, match="unknown field"):
+        load_task_file(_write(tmp_path, "t3.yaml", "- {instruction: x, family: f, goal: [gripper_empty()], oops: 1}\n"),
+                       KitchenEnv())
+
+
+# ------------------------------------------------------------------------------------ tabletop
+def test_tabletop_example_file_and_its_errors(tmp_path):
+    pytest.importorskip("pybullet")
+    from groundplan.envs.tabletop.env import TabletopEnv
+
+    env = TabletopEnv(pick_noise_std=0.0, place_noise_std=0.0, disturbance_prob=0.0, cameras=["top"])
+    try:
+        tasks = load_task_file(EXAMPLES / "tabletop.yaml", env)
+        assert [t.family for t in tasks] == ["my_pick_and_place", "my_stacking", "my_sorting"]
+        pick = tasks[0]
+        assert pick.goal == {"family": "pick_and_place", "blocks": ["red block", "yellow block"],
+                             "bowls": ["blue bowl"], "pick": "red block", "target": "blue bowl"}
+        assert pick.metadata["subgoals"] == [SUBGOAL]  # for oracle options only
+        obs = env.reset(pick, 0)
+        assert set(obs.state.blocks) == {"red block", "yellow block"}
+        for step in pick.reference_plan[:-1]:
+            env.execute(step)
+        assert env.check_goal().success
+        stack = tasks[1]
+        env.reset(stack, 0)
+        assert env.world.positions()["green block"][:2] == pytest.approx((0.35, 0.1), abs=0.01)
+
+        path = _write(tmp_path, "bad.yaml", """
+            - instruction: put it in the bowl
+              family: f
+              start_state: {blocks: [red, mauve], bowls: [blue]}
+              goal: {task: put_blocks_in_bowl, target: blue bowl}
+            - instruction: put it in the bowl
+              family: f
+              start_state: {blocks: [red], bowls: [blue]}
+              goal: {task: put_blocks_in_bowl, target: green bowl}
+            - instruction: juggle
+              family: f
+              start_state: {blocks: [red]}
+              goal: {task: juggle_blocks}
+            - instruction: no scene
+              family: f
+              goal: {task: stack_all_blocks}
+        """)
+        with pytest.raises(InvalidInputError) as info:
+            load_task_file(path, env)
+        text = str(info.value)
+        assert f"{path}:3:" in text and "unknown colour 'mauve'" in text
+        assert f"{path}:8:" in text and "target 'green bowl' is not a bowl of this scene" in text
+        assert f"{path}:12:" in text and "unknown tabletop task 'juggle_blocks'" in text
+        assert f"{path}:13:" in text and "needs start_state" in text
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------------ virtualhome
+def test_virtualhome_example_file_and_its_errors(tmp_path):
+    pytest.importorskip("virtualhome_eval")
+    from groundplan.envs.virtualhome.env import VirtualHomeEnv
+
+    env = VirtualHomeEnv()
+    tasks = load_task_file(EXAMPLES / "virtualhome.jsonl", env)
+    lamp = tasks[0]
+    assert lamp.start_state == {"program": "11_1"}
+    assert lamp.goal["node_goals"] == [{"id": 1000, "class_name": "floor_lamp", "state": "ON"}]
+    env.reset(lamp, 0)
+    assert not env.check_goal().success
+    assert all(env.execute(step).success for step in lamp.reference_plan)
+    assert env.check_goal().success
+    assert tasks[2].goal["action_goals"] == ["LOOKAT|WATCH"]
+
+    bad = [
+        {"instruction": "a", "family": "f", "goal": {"nodes": [{"object": "unicorn", "state": "ON"}]}},
+        {"instruction": "b", "family": "f", "goal": {"nodes": [{"object": "light", "state": "GLOWING"}]}},
+        {"instruction": "c", "family": "f", "goal": {"edges": [{"from": "character", "relation": "LOVES", "to": "sofa"}]}},
+        {"instruction": "d", "family": "f", "start_state": {"program": "nope"}, "goal": {"actions": ["WATCH"]}},
+        {"instruction": "e", "family": "f", "goal": {"actions": ["FLY"]}, "reference_plan": ["walk to the moon"]},
+    ]
+    path = tmp_path / "vh.jsonl"
+    path.write_text("\n".join(json.dumps(b) for b in bad) + "\n")
+    with pytest.raises(InvalidInputError) as info:
+        load_task_file(path, env)
+    text = str(info.value)
+    assert f"{path}:1:" in text and "no object 'unicorn'" in text
+    assert f"{path}:2:" in text and "unknown state 'GLOWING'" in text
+    assert f"{path}:3:" in text and "unknown relation 'LOVES'" in text
+    assert f"{path}:4:" in text and "'nope' is not a program" in text
+    assert f"{path}:5:" in text and "unknown action(s) ['FLY']" in text
