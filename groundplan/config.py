@@ -91,7 +91,7 @@ class PlannerSpec(_Strict):
         from groundplan.planners import PLANNERS
 
         for variant in self.variants():
-            _typed_options(PLANNERS, self.name, variant.options, f"planner '{variant.display}' options")
+            _typed_options(PLANNERS, self.name, variant.options, f"planner '{variant.label or variant.name}' options")
         if self.affordance is not None:
             _typed_options(AFFORDANCES, self.affordance, self.affordance_options,
                            f"planner '{self.display}' affordance '{self.affordance}' options")
@@ -101,7 +101,16 @@ class PlannerSpec(_Strict):
 
     @property
     def display(self) -> str:
-        return self.label or self.name
+        """The label tables and traces use: ``label`` (or the planner name), with the oracles this
+        configuration reads appended, e.g. ``"+Scene (oracle sub-goals)"``, so a variant that saw ground
+        truth never shows under the name of one that did not."""
+        from groundplan.grounding import AFFORDANCES
+        from groundplan.planners import PLANNERS
+        from groundplan.planners.base import labelled
+
+        options = PLANNERS.config_class(self.name).model_validate(self.options)
+        affordance = AFFORDANCES.get(self.affordance).oracle if self.affordance else None
+        return labelled(self.label or self.name, [*options.oracles, *([affordance] if affordance else [])])
 
     @field_validator("grid")
     @classmethod

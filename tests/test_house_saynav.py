@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fakes import FakeLM
+
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.stats import wilson_interval
 from groundplan.envs.house.env import HouseEnv, parse_targets
 from groundplan.envs.house.layout import generate_house
-from groundplan.envs.house.metrics import kendall_tau, spl, wilson_interval
+from groundplan.envs.house.metrics import kendall_tau, spl
 from groundplan.perception.scene_graph import SceneGraph
 from groundplan.planners import PLANNERS
 from groundplan.planners.saynav import parse_plan
@@ -104,7 +105,8 @@ def test_tiny_sweep_through_the_sweep_driver(tmp_path):
     result = run_sweep(cfg, lm=FakeLM(), progress=False)
     assert len(result.traces) == 6 and all(t.error is None for t in result.traces)
     assert all("sr" in t.metrics and "spl" in t.metrics for t in result.traces)
-    oracle = [t for t in result.traces if t.planner == "oracle"]
+    oracle = [t for t in result.traces if t.planner == "oracle (oracle target positions)"]
+    assert len(oracle) == 2
     assert all(t.metrics["sr"] == 1.0 for t in oracle)
 
 

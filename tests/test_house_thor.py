@@ -11,7 +11,14 @@ from types import SimpleNamespace
 import pytest
 
 from groundplan.core.errors import MissingDependencyError
-from groundplan.envs.house.thor import ThorHouseEnv, agent_pose, detections, doors, grid_from_reachable, room_bounds
+from groundplan.envs.house.thor import (
+    ThorHouseEnv,
+    agent_pose,
+    detections,
+    doors,
+    grid_from_reachable,
+    room_bounds,
+)
 from groundplan.planners import PLANNERS
 from groundplan.rollout.episode import run_episode
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from groundplan.serve.api import build_api
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.local import LocalBackend
-from groundplan.serve.api import build_api
 from tests.fakes import FakeLM
 
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]

@@ -3,8 +3,11 @@ invalid, must never give a 5xx and every response must match the documented sche
 from __future__ import annotations
 
 import schemathesis
-from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import (
+    negative_data_rejection,
+    positive_data_acceptance,
+)
 
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.local import local_app

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from groundplan.core.stats import wilson_interval as wilson
 from groundplan.pipelines.sweep import run_sweep
 from groundplan.rollout.frames import png_bytes, write_frames
-from groundplan.serve.viewer import ViewerData, make_server, wilson
+from groundplan.serve.viewer import ViewerData, make_server
 from tests.fakes import FakeLM, small_kitchen_config
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

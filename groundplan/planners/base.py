@@ -8,6 +8,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Iterable
 
+from pydantic import BaseModel, ConfigDict
+
 from groundplan.core.types import Decision, Observation, StepResult, Task
 
 
@@ -17,6 +19,18 @@ def labelled(label: str, oracles: Iterable[str]) -> str:
     names = [o for o in dict.fromkeys(oracles) if o]
     suffix = f" (oracle {', '.join(names)})" if names else ""
     return label if not suffix or label.endswith(suffix) else label + suffix
+
+
+class PlannerOptions(BaseModel):
+    """Base of every planner's typed options (registered with the planner). ``oracles`` declares the
+    ground truth a configuration reads (``task.goal``, ``task.reference_plan``, ``task.metadata``), so the
+    sweep can label it before anything is built; empty for an honest planner."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        return ()
 
 
 class Planner(ABC):

@@ -51,7 +51,7 @@ import re
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import (
@@ -77,7 +77,7 @@ from groundplan.perception.scene_description import (
     parse_subgoal,
 )
 from groundplan.perception.success_detector import detect_success
-from groundplan.planners.base import Planner, labelled
+from groundplan.planners.base import Planner, PlannerOptions, labelled
 from groundplan.planners.saycan import load_prompt
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ _ACTION = re.compile(
 )
 
 
-class InnerMonologueConfig(BaseModel):
+class InnerMonologueConfig(PlannerOptions):
     """Options of :class:`InnerMonologuePlanner`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -117,6 +117,12 @@ class InnerMonologueConfig(BaseModel):
     human_answers: dict[str, str] = Field(default_factory=dict, description="Scripted answers: a question "
                                           "containing the key (case-insensitive) gets the value; checked first.")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """The reference sub-goals (``subgoal_fallback``) and the scripted human, who answers from the task."""
+        return tuple(name for name, on in (("sub-goals", self.subgoal_fallback), ("scripted human", "human" in self.feedback))
+                     if on)
 
     @field_validator("feedback")
     @classmethod
@@ -292,12 +298,7 @@ class InnerMonologuePlanner(Planner):
     @property
     def oracles(self) -> tuple[str, ...]:
         """Ground truth this configuration reads (see the module docstring); empty by default."""
-        out = []
-        if self.config.subgoal_fallback:
-            out.append("sub-goals")
-        if "human" in self.feedback:
-            out.append("scripted human")
-        return tuple(out)
+        return self.config.oracles
 
     @property
     def prompt(self) -> str:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
+from groundplan.planners.base import PlannerOptions, labelled
 from groundplan.planners.nav_common import GeneratorPlanner, Program, navigate_skill
 
 
-class ExploreConfig(BaseModel):
+class ExploreConfig(PlannerOptions):
     """Options of the no-LLM exploration baseline."""
 
     model_config = ConfigDict(extra="forbid")
@@ -74,13 +75,17 @@ class ExplorePlanner(GeneratorPlanner):
             yield from self.go_through(door)
 
 
-class OracleConfig(BaseModel):
+class OracleConfig(PlannerOptions):
     """Options of the privileged baseline (target positions and optimal order: an oracle)."""
 
     model_config = ConfigDict(extra="forbid")
 
     max_steps: int = Field(40, ge=1, description="decision cap per episode")
     found_radius: float = Field(2.5, gt=0, description="a target counts as found when detected within this distance")
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        return ("target positions",)
 
 
 class OraclePlanner(GeneratorPlanner):
@@ -92,6 +97,11 @@ class OraclePlanner(GeneratorPlanner):
         super().__init__(max_steps=config.max_steps, found_radius=config.found_radius)
         self.config = config
         self._order: list[tuple[str, tuple[float, float]]] = []
+        self.name = labelled(self.name, self.oracles)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        return self.config.oracles
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         super().reset(task, observation, seed)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import (
@@ -46,7 +46,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.base import AffordanceSource
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner, labelled
+from groundplan.planners.base import Planner, PlannerOptions, labelled
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def format_step(skill: str, number: int, done: bool) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class DialogPlannerConfig(BaseModel):
+class DialogPlannerConfig(PlannerOptions):
     """Options shared by SayCan and the Generative baseline (both use Listing 1's dialog prompt)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -25,12 +25,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from groundplan.core.types import CandidateScore, Decision
+from groundplan.core.types import CandidateScore
 from groundplan.core.validation import validate_options
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.perception.scene_graph import ObjectNode, RoomNode
+from groundplan.planners.base import PlannerOptions
 from groundplan.planners.nav_common import GeneratorPlanner, Program, navigate_skill
 from groundplan.planners.saynav_prompts import (
     FEASIBILITY,
@@ -46,7 +47,7 @@ PLAN_LINE = re.compile(r"^-\s*(navigate|look)\s*;\s*\(([^()]*)\)\s*;?\s*(.*?)\s*
 POINT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*$")
 
 
-class SayNavConfig(BaseModel):
+class SayNavConfig(PlannerOptions):
     """Options of the SayNav planner (``PLANNERS.get("saynav")(lm=..., **options)``)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -37,7 +37,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import (
@@ -55,7 +55,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.zeroshot import translation_scores
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner
+from groundplan.planners.base import Planner, PlannerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def parse_plan(text: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Base(BaseModel):
+class _Base(PlannerOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_samples: int = Field(10, ge=1, description="k: samples from the planning LM per step (paper grid {1, 10}).")

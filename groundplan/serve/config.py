@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from groundplan.config import EnvSpec, LLMSpec, PlannerSpec
 from groundplan.core.errors import InvalidInputError

@@ -24,23 +24,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from groundplan.core.stats import wilson_interval
 from groundplan.serve.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 _FRAME = re.compile(r"^\d{1,6}\.png$")
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]{1,300}$")
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of k successes in n trials (Wilson 1927); (0, 1) when n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _finite(obj: Any) -> Any:
@@ -66,7 +56,7 @@ def summary_table(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for key in ("execution_success", "plan_success"):
                 judged = [t[key] for t in ts if t.get(key) is not None]
                 k = sum(bool(x) for x in judged)
-                lo, hi = wilson(k, len(judged))
+                lo, hi = wilson_interval(k, len(judged))
                 row[key] = {"k": k, "n": len(judged), "rate": k / len(judged) if judged else None, "lo": lo, "hi": hi}
             row["mean_steps"] = sum(len([s for s in t["steps"] if not s["done"]]) for t in ts) / len(ts)
             rows.append(row)

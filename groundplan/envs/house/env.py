@@ -33,7 +33,12 @@ from groundplan.envs.house.layout import CELL, House, generate_house
 from groundplan.envs.house.metrics import kendall_tau, shortest_tour, spl
 from groundplan.envs.house.options import HouseConfig
 from groundplan.envs.house.render import render_topdown
-from groundplan.envs.house.sim import AStarNavigator, Detection, HouseSim, PerceptionParams
+from groundplan.envs.house.sim import (
+    AStarNavigator,
+    Detection,
+    HouseSim,
+    PerceptionParams,
+)
 
 logger = logging.getLogger(__name__)
 

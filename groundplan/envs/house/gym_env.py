@@ -15,7 +15,12 @@ import gymnasium as gym
 import numpy as np
 
 from groundplan.envs.house.layout import CELL, generate_house
-from groundplan.envs.house.sim import HouseSim, PerceptionParams, distance_field, nearest_free_cell
+from groundplan.envs.house.sim import (
+    HouseSim,
+    PerceptionParams,
+    distance_field,
+    nearest_free_cell,
+)
 
 
 class HousePointNavEnv(gym.Env):

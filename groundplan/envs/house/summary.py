@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from groundplan.envs.house.metrics import wilson_interval
+from groundplan.core.stats import wilson_interval
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float, float]:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from groundplan.core.errors import InvalidInputError, MissingDependencyError
+from groundplan.core.errors import MissingDependencyError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.house.catalog import LARGE_OBJECTS

@@ -1,0 +1,49 @@
+"""Statistics every table needs: a 95% Wilson interval for a success rate and the exact McNemar test for
+two planners on the same episodes. They live in core so envs, pipelines and the viewer share one copy."""
+from __future__ import annotations
+
+import math
+
+from groundplan.core.errors import InvalidInputError
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval for a binomial proportion (Wilson 1927; Brown, Cai & DasGupta 2001):
+
+        centre = (p̂ + z²/2n) / (1 + z²/n),   half = z·sqrt(p̂(1-p̂)/n + z²/4n²) / (1 + z²/n)
+
+    with p̂ = successes/n. Unlike p̂ ± z·sqrt(p̂(1-p̂)/n) it stays inside [0, 1] and is not zero-width at
+    0 or n successes (0 of 10 gives [0, 0.28], not [0, 0]). ``n = 0`` gives the uninformative [0, 1].
+    """
+    if n < 0 or successes < 0 or successes > n:
+        raise InvalidInputError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
+    if z <= 0:
+        raise InvalidInputError(f"z must be positive, got {z}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    if successes == 0:
+        lo = 0.0
+    if successes == n:
+        hi = 1.0
+    return lo, hi
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes (McNemar 1947, exact form): under the
+    null of equal success rates each discordant pair (one planner succeeds, the other fails) is a fair
+    coin, so p = min(1, 2·P[X <= min(a_only, b_only)]) with X ~ Binomial(a_only + b_only, 1/2). Pairs where
+    both succeed or both fail carry no information about the difference. No discordant pairs: p = 1."""
+    if a_only < 0 or b_only < 0:
+        raise InvalidInputError(f"discordant counts must be non-negative, got {a_only}, {b_only}")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
