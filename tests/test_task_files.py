@@ -202,3 +202,20 @@ def test_virtualhome_example_file_and_its_errors(tmp_path):
     assert f"{path}:3:" in text and "unknown relation 'LOVES'" in text
     assert f"{path}:4:" in text and "'nope' is not a program" in text
     assert f"{path}:5:" in text and "unknown action(s) ['FLY']" in text
+
+
+def test_a_sweep_runs_the_tasks_of_a_task_file(tmp_path):
+    """``tasks.file`` in a config: the sweep runs the file's tasks (validated before anything runs)."""
+    from groundplan.pipelines.sweep import run_sweep
+    from tests.fakes import FakeLM, small_kitchen_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = small_kitchen_config(tmp_path, name="own", tasks={"file": str(root / "configs" / "tasks" / "kitchen.yaml")},
+                               seeds=[0])
+    result = run_sweep(cfg, lm=FakeLM(), progress=False)
+    mine = load_task_file(root / "configs" / "tasks" / "kitchen.yaml", KitchenEnv())
+    assert {t.task_id for t in result.traces} == {t.task_id for t in mine} and len(result.traces) == 2 * len(mine)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {instruction: bring me a coke, family: mine, goal: {all: ['coke can at the moon']}}\n")
+    with pytest.raises(InvalidInputError, match="bad.yaml"):
+        run_sweep(small_kitchen_config(tmp_path, name="bad", tasks={"file": str(bad)}), lm=FakeLM(), progress=False)
