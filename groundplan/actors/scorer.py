@@ -221,6 +221,31 @@ def memoized_score_batch(lm: LanguageModel, memo: ScoreMemo, requests: Sequence[
     return results, computed  # type: ignore[return-value]
 
 
+class MemoizedLM:
+    """A :class:`LanguageModel` that scores through a :class:`ScoreMemo`: the scorer actor's memo for
+    in-process sweeps and benchmarks. Everything but scoring passes through to ``lm``."""
+
+    def __init__(self, lm: LanguageModel, memo: ScoreMemo | None = None) -> None:
+        self.lm = lm
+        self.name = lm.name
+        self.memo = memo if memo is not None else ScoreMemo()
+        self._mode = str(getattr(lm, "score_mode", "score"))
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        if not options:
+            raise InvalidInputError("score needs at least one option")
+        return memoized_score_batch(self.lm, self.memo, [(prompt, list(options))], self._mode)[0][0]
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
+        return memoized_score_batch(self.lm, self.memo, requests, self._mode)[0]
+
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        return self.lm.generate(prompt, params)
+
+    def embed(self, texts: Sequence[str]):
+        return self.lm.embed(texts)
+
+
 PLUGINS_ENV = "GROUNDPLAN_PLUGINS"
 
 
