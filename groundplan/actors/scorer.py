@@ -75,12 +75,17 @@ class DynamicBatcher:
     """Collects awaitable requests into batches for one synchronous ``run_batch(items) -> results``.
 
     The loop starts lazily on the first request (inside the running event loop). A batch closes when
-    ``max_batch`` requests are in it or ``window_ms`` has passed since its first request arrived.
+    ``max_batch`` requests are in it or ``window_ms`` has passed since its first request arrived, or,
+    with ``adaptive`` (default), as soon as it holds as many requests as the last batch held plus
+    those left waiting behind it: in a sweep each episode waits for its answer before sending its next
+    request, so that is how many requests are coming, and waiting the window out for more only adds
+    latency (a lone episode would pay the whole window on every step). When more episodes join, the
+    requests left in the queue raise the expectation for the next batch.
     An exception in ``run_batch`` fails every request of that batch (each caller sees it).
     """
 
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], window_ms: float = 5.0, max_batch: int = 32,
-                 size_of: Callable[[Any], int] = lambda _: 1) -> None:
+                 size_of: Callable[[Any], int] = lambda _: 1, adaptive: bool = True) -> None:
         if max_batch < 1:
             raise InvalidInputError(f"max_batch must be at least 1, got {max_batch}")
         if window_ms < 0:
@@ -89,6 +94,8 @@ class DynamicBatcher:
         self.window_s = window_ms / 1000.0
         self.max_batch = int(max_batch)
         self.size_of = size_of
+        self.adaptive = adaptive
+        self._expected = self.max_batch
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task | None = None
@@ -109,7 +116,8 @@ class DynamicBatcher:
             first = await self._queue.get()
             batch = [first]
             deadline = loop.time() + self.window_s
-            while len(batch) < self.max_batch:
+            target = min(self.max_batch, self._expected) if self.adaptive else self.max_batch
+            while len(batch) < target:
                 try:
                     batch.append(self._queue.get_nowait())
                     continue
@@ -122,6 +130,7 @@ class DynamicBatcher:
                     batch.append(await asyncio.wait_for(self._queue.get(), timeout=left))
                 except asyncio.TimeoutError:
                     break
+            self._expected = max(1, min(self.max_batch, len(batch) + self._queue.qsize()))
             await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
@@ -272,11 +281,12 @@ class LLMScorer:
         max_batch: most score requests in one ``score_batch`` call.
         lm_factory: builds the model instead of ``load_llm`` (tests inject a fake this way).
         memo_size: most option scores the memo keeps (LRU); 0 disables it.
+        adaptive_batching: close a batch once the expected number of requests is in (see DynamicBatcher).
     """
 
     def __init__(self, backend: str = "hf", model: str | None = None, options: dict[str, Any] | None = None,
                  batch_window_ms: float = 5.0, max_batch: int = 32, lm_factory: LMFactory | None = None,
-                 num_threads: int | None = None, memo_size: int = 200_000) -> None:
+                 num_threads: int | None = None, memo_size: int = 200_000, adaptive_batching: bool = True) -> None:
         # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 by default), which would leave a CPU scorer
         # with one thread; the scorer is the compute-heavy actor, so by default it uses every core.
         import torch
@@ -293,10 +303,13 @@ class LLMScorer:
                 kwargs["model"] = model
             self.lm = load_llm(backend, **kwargs)
         self.name = self.lm.name
-        self.memo = ScoreMemo(memo_size)
+        # an LM whose scores are not a pure function of (prompt, options), e.g. a latency simulator,
+        # says so with ``memoizable = False``
+        self.memo = ScoreMemo(memo_size if getattr(self.lm, "memoizable", True) else 0)
         self._mode = str(getattr(self.lm, "score_mode", "score"))
         self._computed = 0
-        self._batcher = DynamicBatcher(self._score_batch, batch_window_ms, max_batch, size_of=lambda r: len(r[1]))
+        self._batcher = DynamicBatcher(self._score_batch, batch_window_ms, max_batch, size_of=lambda r: len(r[1]),
+                                       adaptive=adaptive_batching)
         self._generate_calls = 0
         self._embed_calls = 0
 
