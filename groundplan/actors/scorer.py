@@ -161,6 +161,8 @@ MemoKey = tuple[str, str, str, str]  # (model, scoring mode, prompt, option)
 class ScoreMemo:
     """An LRU map (model, scoring mode, prompt, option) → :class:`OptionScore`, bounded by entries.
 
+    A hit is an option served without computing it: found here, or asked for twice in one batch.
+
     Only the actor's batching thread touches it (one batch at a time), so it needs no lock."""
 
     def __init__(self, max_entries: int = 200_000) -> None:
@@ -211,7 +213,10 @@ def memoized_score_batch(lm: LanguageModel, memo: ScoreMemo, requests: Sequence[
             hit = memo.get((lm.name, mode, prompt, option)) if memo.max_entries else None
             row.append(hit)
             if hit is None:
-                missing.setdefault(prompt, {}).setdefault(option, []).append((r, j))
+                slots = missing.setdefault(prompt, {}).setdefault(option, [])
+                if slots:  # asked for again within this batch: served by the same computation
+                    memo.hits += 1
+                slots.append((r, j))
         results.append(row)
     computed = 0
     if missing:
