@@ -8,7 +8,9 @@ through the affordances.
 
 Registered planners (``groundplan.planners.PLANNERS``):
 
-- ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``.
+- ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``; options
+  that cannot beat the best combined score (log p_affordance below it, as log p_LLM <= 0) are not
+  scored (``prune``, exact).
 - ``"saycan_novf"``: the "No VF" ablation (Sec. 5.5): the same planner without the value-function
   grounding, i.e. the argmax of the LLM score alone.
 - ``"generative"``: the "Generative" ablation (Sec. 5.5): the LLM greedily writes the next step and
@@ -270,8 +272,9 @@ class DialogPlanner(Planner):
 class SayCanPlanner(DialogPlanner):
     """SayCan (Algorithm 1), and with ``use_affordance=False`` the "No VF" baseline (Sec. 5.5).
 
-    Each step scores every admissible label ``" <skill>"`` as the continuation of the prompt in one
-    ``lm.score`` call, takes log p_LLM as the sum (default) or mean of its token log-probs, adds
+    Each step scores the admissible labels ``" <skill>"`` as continuations of the prompt (all in one
+    ``lm.score`` call with ``prune=False``; with exact affordance-bound pruning, the default, only those
+    that can still win, in packed chunks by descending affordance), takes log p_LLM as the sum (default) or mean of its token log-probs, adds
     log p_affordance (an affordance of 0 gives -inf and is never chosen unless every skill has it),
     and picks the argmax; ties go to the first skill in the observation's order. The last step's
     feedback is not used: SayCan is open loop in language and sees the world only through the
