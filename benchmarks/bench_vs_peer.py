@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the step sample")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
 
     import torch
 
