@@ -1,21 +1,21 @@
-"""Cross-episode batching headroom: what packing several episodes' SayCan requests into one forward
-pass would save over scoring them one after another.
+"""Cross-episode batching headroom on this device: b SayCan requests from b different episodes scored
+one after another (the per-request loop) vs in one padded forward (the engine's multi-request layout:
+each request's options packed in its own row after its own cached prefix), and, for reference, the
+options of one request repeated b times in one packed sequence (the earlier form of this benchmark).
 
-Issue 3's throughput target assumes that batching requests from concurrent episodes makes each
-request cheaper. Requests from different episodes share only the cached few-shot prefix, so their
-option tokens are new work either way: a packed forward can only win by running the matmuls at a
-better efficiency (larger M). This benchmark measures exactly that on the real engine and model:
-one SayCan kitchen request (the Appendix C.2 prompt, 51 options) is scored with its options repeated
-``b`` times, which the engine packs into one forward over the cached prompt (each option attends to
-the prompt and to its own tokens only, the mask a multi-request forward would use), and the
-per-request time is compared with ``b = 1``.
+The b requests are real kitchen steps of different episodes: Appendix C.2's prompt, b different
+instructions, one executed step each, all 51 skills as options. Each has its own prompt, so each row
+of the padded batch has its own cached prefix (sharing only the few-shot part, as concurrent episodes
+do); all prefixes are cached before timing, as in a running sweep.
 
-``ratio`` = per-request time at b = 1 / per-request time at the largest b: the most any cross-episode
-batching of the scorer's forward passes can gain on this device (above 1 on GPUs, where one request
-leaves the device mostly idle; about 1 or below on a small CPU, where one request already keeps the
-cores busy).
+``ratio`` = per-request time of the loop / per-request time of the padded forward at the largest b:
+above 1 where batching requests pays on this device (GPUs), about 1 or below on a small CPU, where
+one request already keeps the cores busy. ``HFLanguageModel(batched_forward="auto")`` makes the same
+comparison at run time and keeps the faster layout.
 
-    python benchmarks/bench_batch_scaling.py [--model NAME] [--batches 1 2 4] [--repeats 7]
+    python benchmarks/bench_batch_scaling.py [--model NAME] [--batches 1 2 4] [--repeats 3]
+
+Last line: ``result: ratio=<x> ms_per_request_loop=<x> ms_per_request_padded=<x> ms_per_request_packed=<x>`` (at the largest b)
 """
 from __future__ import annotations
 
@@ -29,44 +29,56 @@ from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.llm.hf import HFLanguageModel
 from groundplan.planners.saycan import load_prompt
 
+INSTRUCTIONS = ["How would you bring me a coke can?", "Throw away the sponge.", "Bring me an apple from the counter.",
+                "Put the chips in the drawer.", "Bring me something to drink.", "Move the water bottle to the table.",
+                "I spilled my coke, can you help?", "Bring me the rice chips."]
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    if max(args.batches) > len(INSTRUCTIONS):
+        raise SystemExit(f"at most {len(INSTRUCTIONS)} requests")
 
-    # headroom for the largest pack, so that ``b`` copies of the options run in one forward pass
-    lm = HFLanguageModel(args.model, dtype=args.dtype, max_pack_tokens=600 * max(args.batches))
-    prompt = load_prompt("saycan_kitchen") + "Human: How would you bring me a coke can?\nRobot: 1. find a coke can, 2."
+    lm = HFLanguageModel(args.model, dtype=args.dtype, max_pack_tokens=600 * max(args.batches),
+                         max_batch_rows=max(args.batches))
+    few = load_prompt("saycan_kitchen")
     options = [" " + s for s in SKILLS]
-    lm.score(prompt, options)  # the prompt goes into the prefix cache: every timed call is warm
-    tokens = lm.stats.forward_tokens
-    lm.score(prompt, options)
-    per_request_tokens = lm.stats.forward_tokens - tokens
-    print(f"model={args.model} device={lm.device.type} dtype={lm.model.dtype} torch_threads={torch.get_num_threads()}")
-    print(f"prompt_tokens={len(lm.tokenizer(prompt).input_ids)} option_tokens_per_request={per_request_tokens} "
-          f"options={len(options)}")
+    requests = [(f"{few}Human: {ins}\nRobot: 1. find a coke can, 2.", options) for ins in INSTRUCTIONS]
+    for p, o in requests[: max(args.batches)]:
+        lm.score(p, o)  # every prompt goes into the prefix cache: timed calls are warm, as in a sweep
+    sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+    print(f"model={args.model} device={lm.device.type} dtype={lm.model.dtype} torch_threads={torch.get_num_threads()} "
+          f"prompt_tokens={len(lm.tokenizer(requests[0][0]).input_ids)} options={len(options)}")
 
-    per_request: dict[int, float] = {}
-    for b in args.batches:
+    def timed(fn) -> float:
         times = []
         for _ in range(args.repeats + 1):  # the first run is a warm-up
+            sync()
             t0 = time.perf_counter()
-            lm.score(prompt, options * b)  # the engine packs every option of the b requests in one forward
-            if lm.device.type == "cuda":
-                torch.cuda.synchronize()
+            fn()
+            sync()
             times.append(time.perf_counter() - t0)
-        per_request[b] = statistics.median(times[1:]) / b
-        print(f"b={b}: one forward over {b * per_request_tokens} tokens {per_request[b] * b * 1e3:.0f} ms, "
-              f"{per_request[b] * 1e3:.0f} ms per request")
-    largest = max(args.batches)
-    ratio = per_request[min(args.batches)] / per_request[largest]
-    print(f"per-request speed-up from packing {largest} requests into one forward: {ratio:.2f}x")
-    print(f"result: ratio={ratio:.2f} ms_per_request_b1={per_request[min(args.batches)] * 1e3:.0f} "
-          f"ms_per_request_b{largest}={per_request[largest] * 1e3:.0f}")
+        return statistics.median(times[1:])
+
+    ms: dict[tuple[str, int], float] = {}
+    for b in args.batches:
+        reqs = requests[:b]
+        ms["loop", b] = 1e3 * timed(lambda: lm.score_batch(reqs, layout="loop")) / b
+        ms["padded", b] = 1e3 * timed(lambda: lm.score_batch(reqs, layout="padded")) / b if b > 1 else ms["loop", b]
+        ms["packed", b] = 1e3 * timed(lambda: lm.score(reqs[0][0], options * b)) / b
+        print(f"b={b}: per request: loop {ms['loop', b]:.0f} ms, padded forward {ms['padded', b]:.0f} ms, "
+              f"one request's options x{b} packed {ms['packed', b]:.0f} ms")
+    big = max(args.batches)
+    ratio = ms["loop", big] / ms["padded", big]
+    print(f"padded multi-request forward vs per-request loop at b={big}: {ratio:.2f}x per request "
+          f"(median of {args.repeats}; a shared machine: noisy)")
+    print(f"result: ratio={ratio:.2f} ms_per_request_loop={ms['loop', big]:.0f} ms_per_request_padded={ms['padded', big]:.0f} "
+          f"ms_per_request_packed={ms['packed', big]:.0f}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ console = Console()
 log = logging.getLogger("groundplan")
 
 
-def _prob(logv: float) -> str:
+def _prob(logv: float | None) -> str:
+    if logv is None:  # an option SayCan's exact pruning never scored
+        return "—"
     return "0" if logv == float("-inf") else f"{math.exp(logv):.3f}"
 
 
@@ -46,7 +48,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     affordance = args.affordance
     if affordance is None:  # planners that take no affordance ignore it
         affordance = env.default_affordance()
-    spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None)
+    # the charts show every option's scores, so SayCan's exact pruning (on in eval) is off here
+    options = {"prune": False} if args.planner in ("saycan", "saycan_novf") else {}
+    spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None, options=options)
     lm = load_llm(args.backend, model=args.model)
     planner = make_planner(spec, lm, args.max_steps)
     task = Task(task_id="cli", instruction=instruction, family="cli", goal=None)

@@ -164,6 +164,10 @@ class RuntimeSpec(_Strict):
                                                "runner, e.g. {sim: 1} for CPU nodes")
     batch_window_ms: float = Field(5.0, ge=0, description="how long the scorer waits to fill a batch")
     max_batch: int = Field(32, ge=1, description="most score requests per scorer batch")
+    adaptive_batching: bool = Field(True, description="close a scorer batch as soon as it holds as many requests as "
+                                    "the last one plus those queued, instead of always waiting the whole window")
+    memo_size: int = Field(200_000, ge=0, description="(prompt, option) scores the scorer keeps for reuse across "
+                           "episodes, seeds and planners (exact; 0 disables the memo)")
     remote_affordance: bool = Field(False, description="serve affordance sources from one affordance-server actor")
     max_episode_retries: int = Field(3, ge=0, description="reruns of an episode whose runner died (then it is "
                                      "recorded as failed with the error)")

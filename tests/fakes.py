@@ -110,6 +110,12 @@ class FakeLM:
         return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
 
 
+def hashed_logprob(prompt: str, option: str) -> float:
+    """A deterministic pseudo-random summed log-prob in [-12, 0] for (prompt, option): a FakeLM rule
+    that gives varied, reproducible decisions (SayCan pruning's exactness test)."""
+    return -12.0 * (zlib.crc32(f"{prompt}\x00{option}".encode()) % 10_007) / 10_006
+
+
 def _num_tokens(text: str) -> int:
     return max(1, len(text.split()))
 

@@ -217,3 +217,48 @@ def test_prefix_cache_drops_entries_the_new_one_extends():
     cache.insert(_entry([1, 2]))
     cache.insert(_entry([1, 2, 3]))
     assert len(cache) == 1
+
+
+def _batch_requests() -> list[tuple[str, list[str]]]:
+    from groundplan.planners.saycan import load_prompt
+
+    few = load_prompt("saycan_kitchen")
+    return [
+        (few + "Human: bring me a coke can\nRobot: 1.", [" find a coke can", " done", " pick up the apple"]),
+        (few + "Human: throw away the sponge\nRobot: 1. find a sponge, 2.", [" pick up the sponge", " done"]),
+        ("Hello there.", [" General Kenobi", ",", " world and everyone in it"]),  # a short prefix: padding
+        (few + "Human: bring me a coke can\nRobot: 1.", [" find a coke can", " go to the far counter"]),
+    ]
+
+
+def test_padded_batched_forward_equals_per_request_scoring(lm):
+    reqs = _batch_requests()
+    loop = lm.score_batch(reqs, layout="loop")
+    before = lm.stats.padded_batches
+    padded = lm.score_batch(reqs, layout="padded")
+    assert lm.stats.padded_batches == before + 1
+    for lr, pr in zip(loop, padded):
+        assert [s.option for s in pr] == [s.option for s in lr]
+        assert [s.num_tokens for s in pr] == [s.num_tokens for s in lr]
+        for a, b in zip(lr, pr):
+            assert abs(a.logprob_sum - b.logprob_sum) < 1e-4 and abs(a.logprob_mean - b.logprob_mean) < 1e-4
+    ref = [lm.score_reference(p, o) for p, o in reqs]  # and both equal one full forward per option
+    for rr, pr in zip(ref, padded):
+        assert all(abs(a.logprob_sum - b.logprob_sum) < 1e-3 for a, b in zip(rr, pr))
+
+
+def test_auto_layout_times_both_then_keeps_one(lm, monkeypatch):
+    from groundplan.llm.hf import HFLanguageModel
+
+    monkeypatch.setattr(lm, "batched_forward_chosen", None)
+    monkeypatch.setattr(lm, "_trial_s", {"padded": [], "loop": []})
+    reqs = _batch_requests()[:2]
+    want = lm.score_batch(reqs, layout="loop")
+    for _ in range(6):  # 3 timed trials of each layout, alternating
+        assert lm.batched_forward_chosen is None
+        got = lm.score_batch(reqs)
+        assert all(abs(a.logprob_sum - b.logprob_sum) < 1e-4 for r, w in zip(got, want) for a, b in zip(r, w))
+    assert lm.batched_forward_chosen in ("padded", "loop")
+    assert len(lm._trial_s["padded"]) == len(lm._trial_s["loop"]) == 3
+    with pytest.raises(InvalidInputError):
+        HFLanguageModel.__init__(object.__new__(HFLanguageModel), batched_forward="sometimes")

@@ -120,7 +120,7 @@ def test_sum_and_mean_rank_differently_where_length_matters() -> None:
 
 def test_exactly_one_score_call_per_step_with_all_options() -> None:
     lm = FakeLM.following(ToyEnv.REFERENCE)
-    planner = make_saycan(lm)
+    planner = make_saycan(lm, prune=False)  # pruning (the default) scores feasible options only
     prompts = []
     for _ in range(3):
         prompts.append(planner.prompt)

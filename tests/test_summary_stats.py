@@ -169,16 +169,15 @@ def test_tables_are_not_cut_when_stdout_is_not_a_terminal():
 
 def test_eval_command_prints_intervals_when_redirected(monkeypatch, capsys, tmp_path):
     """`groundplan eval` end to end with the sweep stubbed out: the printed table has n and intervals."""
-    from groundplan.pipelines.evaluate import EvalResult
-
     from groundplan.cli import main
-    from groundplan.pipelines import evaluate
+    from groundplan.pipelines import sweep
+    from groundplan.pipelines.sweep import EvalResult
 
-    def fake_run_eval(cfg, progress=True, resume=True):
+    def fake_run_sweep(cfg, progress=True, resume=True):
         rows = _wide_rows()
         return EvalResult(cfg, [], rows, tmp_path)
 
-    monkeypatch.setattr(evaluate, "run_eval", fake_run_eval)
+    monkeypatch.setattr(sweep, "run_sweep", fake_run_sweep)
     assert main(["eval", str(ROOT / "configs" / "saycan_kitchen.yaml"), "--local", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "…" not in out and "+Object+Scene (oracle sub-goals)" in out

@@ -6,6 +6,15 @@ batching loop takes the first waiting request, collects more until ``batch_windo
 ``max_batch`` requests are waiting, runs one ``lm.score_batch`` in a thread and hands each caller back
 only its own scores. Requests that share a prompt prefix share its key/values through the backend's
 prefix cache (``HFLanguageModel.cache``). ``generate`` and ``embed`` run unbatched.
+
+Score memo. SayCan's prompt depends only on the instruction and the steps chosen so far, never on the
+state (Ahn et al. 2022, Sec. 3: the scene enters through the affordances only), so the seeds of a task
+and planners sharing the LLM part (SayCan and No-VF) ask for the same option scores again and again.
+The scorer keeps an LRU memo of option scores keyed by (model, scoring mode, prompt, option); a batch
+computes only the (prompt, option) pairs the memo lacks, deduplicated across the batch and grouped by
+prompt, so every worker of a sweep shares it. Scores are deterministic functions of that key (the
+engine computes each option as in a lone ``prompt + option`` forward), so the memo is exact; its hit
+rate is in :meth:`LLMScorer.stats` and thereby in the sweep's stats and MLflow metrics.
 """
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -65,12 +75,17 @@ class DynamicBatcher:
     """Collects awaitable requests into batches for one synchronous ``run_batch(items) -> results``.
 
     The loop starts lazily on the first request (inside the running event loop). A batch closes when
-    ``max_batch`` requests are in it or ``window_ms`` has passed since its first request arrived.
+    ``max_batch`` requests are in it or ``window_ms`` has passed since its first request arrived, or,
+    with ``adaptive`` (default), as soon as it holds as many requests as the last batch held plus
+    those left waiting behind it: in a sweep each episode waits for its answer before sending its next
+    request, so that is how many requests are coming, and waiting the window out for more only adds
+    latency (a lone episode would pay the whole window on every step). When more episodes join, the
+    requests left in the queue raise the expectation for the next batch.
     An exception in ``run_batch`` fails every request of that batch (each caller sees it).
     """
 
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], window_ms: float = 5.0, max_batch: int = 32,
-                 size_of: Callable[[Any], int] = lambda _: 1) -> None:
+                 size_of: Callable[[Any], int] = lambda _: 1, adaptive: bool = True) -> None:
         if max_batch < 1:
             raise InvalidInputError(f"max_batch must be at least 1, got {max_batch}")
         if window_ms < 0:
@@ -79,6 +94,8 @@ class DynamicBatcher:
         self.window_s = window_ms / 1000.0
         self.max_batch = int(max_batch)
         self.size_of = size_of
+        self.adaptive = adaptive
+        self._expected = self.max_batch
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task | None = None
@@ -99,7 +116,8 @@ class DynamicBatcher:
             first = await self._queue.get()
             batch = [first]
             deadline = loop.time() + self.window_s
-            while len(batch) < self.max_batch:
+            target = min(self.max_batch, self._expected) if self.adaptive else self.max_batch
+            while len(batch) < target:
                 try:
                     batch.append(self._queue.get_nowait())
                     continue
@@ -112,6 +130,7 @@ class DynamicBatcher:
                     batch.append(await asyncio.wait_for(self._queue.get(), timeout=left))
                 except asyncio.TimeoutError:
                     break
+            self._expected = max(1, min(self.max_batch, len(batch) + self._queue.qsize()))
             await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
@@ -136,6 +155,128 @@ class DynamicBatcher:
                 p.future.set_result(r)
 
 
+MemoKey = tuple[str, str, str, str]  # (model, scoring mode, prompt, option)
+
+
+class ScoreMemo:
+    """An LRU map (model, scoring mode, prompt, option) → :class:`OptionScore`, bounded by entries.
+
+    A hit is an option served without computing it: found here, or asked for twice in one batch.
+
+    Only the actor's batching thread touches it (one batch at a time), so it needs no lock."""
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        if max_entries < 0:
+            raise InvalidInputError(f"memo_size must be >= 0 (0 disables the memo), got {max_entries}")
+        self.max_entries = int(max_entries)
+        self._data: OrderedDict[MemoKey, OptionScore] = OrderedDict()
+        self.lookups = 0
+        self.hits = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: MemoKey) -> OptionScore | None:
+        self.lookups += 1
+        value = self._data.get(key)
+        if value is not None:
+            self.hits += 1
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: MemoKey, value: OptionScore) -> None:
+        if self.max_entries == 0:
+            return
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+            self.evictions += 1
+
+    def stats(self) -> dict[str, float]:
+        return {"memo_lookups": self.lookups, "memo_hits": self.hits,
+                "memo_hit_rate": self.hits / self.lookups if self.lookups else 0.0,
+                "memo_entries": len(self._data), "memo_evictions": self.evictions}
+
+
+def memoized_score_batch(lm: LanguageModel, memo: ScoreMemo, requests: Sequence[ScoreRequest],
+                         mode: str = "score") -> tuple[list[list[OptionScore]], int]:
+    """``lm.score_batch(requests)`` through ``memo``: only the (prompt, option) pairs the memo lacks are
+    computed, each once, in one ``score_batch`` call with one request per distinct prompt.
+    Returns the results and the number of options computed."""
+    results: list[list[OptionScore | None]] = []
+    missing: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for r, (prompt, options) in enumerate(requests):
+        row: list[OptionScore | None] = []
+        for j, option in enumerate(options):
+            hit = memo.get((lm.name, mode, prompt, option)) if memo.max_entries else None
+            row.append(hit)
+            if hit is None:
+                slots = missing.setdefault(prompt, {}).setdefault(option, [])
+                if slots:  # asked for again within this batch: served by the same computation
+                    memo.hits += 1
+                slots.append((r, j))
+        results.append(row)
+    computed = 0
+    if missing:
+        sub = [(prompt, list(opts)) for prompt, opts in missing.items()]
+        scored = lm.score_batch(sub)
+        if len(scored) != len(sub):
+            raise RuntimeError(f"{lm.name}.score_batch returned {len(scored)} results for {len(sub)} requests")
+        for (prompt, opts), scores in zip(missing.items(), scored):
+            if len(scores) != len(opts):
+                raise RuntimeError(f"{lm.name} returned {len(scores)} scores for {len(opts)} options")
+            for (option, slots), score in zip(opts.items(), scores):
+                memo.put((lm.name, mode, prompt, option), score)
+                computed += 1
+                for r, j in slots:
+                    results[r][j] = score
+    return results, computed  # type: ignore[return-value]
+
+
+class MemoizedLM:
+    """A :class:`LanguageModel` that scores through a :class:`ScoreMemo`: the scorer actor's memo for
+    in-process sweeps and benchmarks. Everything but scoring passes through to ``lm``."""
+
+    def __init__(self, lm: LanguageModel, memo: ScoreMemo | None = None) -> None:
+        self.lm = lm
+        self.name = lm.name
+        self.memo = memo if memo is not None else ScoreMemo()
+        self._mode = str(getattr(lm, "score_mode", "score"))
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        if not options:
+            raise InvalidInputError("score needs at least one option")
+        return memoized_score_batch(self.lm, self.memo, [(prompt, list(options))], self._mode)[0][0]
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
+        return memoized_score_batch(self.lm, self.memo, requests, self._mode)[0]
+
+    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
+        return self.lm.generate(prompt, params)
+
+    def embed(self, texts: Sequence[str]):
+        return self.lm.embed(texts)
+
+
+PLUGINS_ENV = "GROUNDPLAN_PLUGINS"
+
+
+def import_plugins() -> list[str]:
+    """Import the comma-separated modules named by ``$GROUNDPLAN_PLUGINS`` (e.g. ``tests.fake_backend``).
+
+    A backend registered by a module of one's own (``LLM_BACKENDS.register``) must be registered in
+    the scorer's process too, which on a cluster is another machine; nodes inherit this variable from
+    ``ray start``'s environment, so naming the module here is enough."""
+    import importlib
+
+    names = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
 class LLMScorer:
     """Holds one language model and serves score/generate/embed requests from many episodes.
 
@@ -144,11 +285,13 @@ class LLMScorer:
         batch_window_ms: how long a batch waits for more requests after its first one arrived.
         max_batch: most score requests in one ``score_batch`` call.
         lm_factory: builds the model instead of ``load_llm`` (tests inject a fake this way).
+        memo_size: most option scores the memo keeps (LRU); 0 disables it.
+        adaptive_batching: close a batch once the expected number of requests is in (see DynamicBatcher).
     """
 
     def __init__(self, backend: str = "hf", model: str | None = None, options: dict[str, Any] | None = None,
                  batch_window_ms: float = 5.0, max_batch: int = 32, lm_factory: LMFactory | None = None,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, memo_size: int = 200_000, adaptive_batching: bool = True) -> None:
         # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 by default), which would leave a CPU scorer
         # with one thread; the scorer is the compute-heavy actor, so by default it uses every core.
         import torch
@@ -159,20 +302,38 @@ class LLMScorer:
         else:
             from groundplan.llm import load_llm
 
+            import_plugins()
             kwargs = dict(options or {})
             if model is not None:
                 kwargs["model"] = model
             self.lm = load_llm(backend, **kwargs)
         self.name = self.lm.name
-        self._batcher = DynamicBatcher(self._score_batch, batch_window_ms, max_batch, size_of=lambda r: len(r[1]))
+        # an LM whose scores are not a pure function of (prompt, options), e.g. a latency simulator,
+        # says so with ``memoizable = False``
+        self.memo = ScoreMemo(memo_size if getattr(self.lm, "memoizable", True) else 0)
+        self._mode = str(getattr(self.lm, "score_mode", "score"))
+        self._computed = 0
+        self._batcher = DynamicBatcher(self._score_batch, batch_window_ms, max_batch, size_of=lambda r: len(r[1]),
+                                       adaptive=adaptive_batching)
         self._generate_calls = 0
         self._embed_calls = 0
 
     def _score_batch(self, requests: list[ScoreRequest]) -> list[list[OptionScore]]:
-        return self.lm.score_batch(requests)
+        results, computed = memoized_score_batch(self.lm, self.memo, requests, self._mode)
+        self._computed += computed
+        return results
 
     async def ready(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": os.getpid()}
+        """Name, process and (under Ray) node id: the multi-node test checks placement with it."""
+        node = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except Exception:  # informative only
+            pass
+        return {"name": self.name, "pid": os.getpid(), "node_id": node}
 
     async def get_name(self) -> str:
         return self.name
@@ -202,6 +363,8 @@ class LLMScorer:
         out["generate_calls"] = self._generate_calls
         out["embed_calls"] = self._embed_calls
         out["pid"] = os.getpid()
+        out["options_computed"] = self._computed
+        out.update(self.memo.stats())
         engine = getattr(self.lm, "stats", None)
         if engine is not None and hasattr(engine, "forward_tokens"):
             out["forward_tokens"] = engine.forward_tokens

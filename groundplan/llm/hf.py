@@ -7,6 +7,14 @@ of its own option only (the layout of tree attention / SpecInfer). Position ids 
 prompt for every option, so each option is computed exactly as in a lone ``prompt + option`` forward.
 Vocabulary logits are computed only at the positions that predict an option token.
 
+Several requests (``score_batch``, e.g. the scorer actor's batch from many episodes) can also run as
+one padded batch: row r holds request r's packed options, its own cached prefix is copied into the
+row's key/value slots (padding masked out), and one forward serves all rows; vocabulary logits are
+computed only at the scored positions. That wins where one request leaves the device idle (GPUs) and
+loses where one request already keeps it busy (a small CPU, where the copies and padding cost more
+than the larger matmuls save), so ``batched_forward="auto"`` times both on the first multi-request
+batches and keeps the faster per device (``batched_forward_chosen``).
+
 Tokenisation at the boundary: an option's tokens are those it gets inside ``prompt + option``,
 i.e. every token of the joint encoding whose character span ends past the prompt (a leading space
 or a merge across the boundary included), conditioned on the joint encoding's own prompt tokens.
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,6 +48,7 @@ class EngineStats:
     options_scored: int = 0
     forward_tokens: int = 0  # tokens run through the transformer (prompt remainder + options)
     logit_positions: int = 0  # positions at which vocabulary logits were computed
+    padded_batches: int = 0  # score_batch calls served by one padded multi-request forward
 
 
 class _BufferLayer(DynamicLayer):
@@ -92,6 +102,24 @@ class _OptionPlan:
     scored_from: int  # index in ``segment`` of the first option token
 
 
+@dataclass
+class _Prepared:
+    """One score request after tokenisation and its context forward (or prefix-cache hit)."""
+
+    options: list[str]
+    plans: list[_OptionPlan]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    past_len: int
+    last: torch.Tensor  # log-probs of the token after the context
+
+    @property
+    def pack_tokens(self) -> int:
+        return sum(len(p.segment) for p in self.plans)
+
+
+BATCHED_MODES = ("auto", "on", "off")
+
+
 class HFLanguageModel:
     """The default :class:`~groundplan.llm.base.LanguageModel`, backed by transformers.
 
@@ -101,7 +129,12 @@ class HFLanguageModel:
         device_map: passed to ``from_pretrained`` when a GPU is present (accelerate placement).
         embedder: sentence encoder for :meth:`embed`.
         prefix_cache_mb: byte budget of the cross-call prefix cache (LRU).
-        max_pack_tokens: option tokens packed into one forward pass (bounds memory).
+        max_pack_tokens: option tokens packed into one forward pass (bounds memory); also the longest
+            row of a padded multi-request batch (longer requests are scored alone).
+        batched_forward: ``score_batch`` of several requests as one padded forward: ``"on"``, ``"off"``
+            (a loop of packed ``score`` calls), or ``"auto"``: time both on the first multi-request
+            batches and keep the faster on this device.
+        max_batch_rows: most requests in one padded forward (bounds the key/value copy's memory).
     """
 
     def __init__(
@@ -112,9 +145,15 @@ class HFLanguageModel:
         embedder: str = DEFAULT_EMBEDDER,
         prefix_cache_mb: int = 1024,
         max_pack_tokens: int = 512,
+        batched_forward: str = "auto",
+        max_batch_rows: int = 16,
     ) -> None:
         if max_pack_tokens < 1:
             raise InvalidInputError("max_pack_tokens must be at least 1")
+        if batched_forward not in BATCHED_MODES:
+            raise InvalidInputError(f"batched_forward must be one of {', '.join(BATCHED_MODES)}, got {batched_forward!r}")
+        if max_batch_rows < 1:
+            raise InvalidInputError("max_batch_rows must be at least 1")
         loaded = load_causal_lm(model, dtype=dtype, device_map=device_map)
         self.name = model
         self.model = loaded.model
@@ -128,6 +167,11 @@ class HFLanguageModel:
         self._bool_mask = self.model.config._attn_implementation == "sdpa"
         self._special = set(self.tokenizer.all_special_ids)
         self._eos = {i for i in [self.tokenizer.eos_token_id] if i is not None}
+        self.batched_forward = batched_forward
+        self.max_batch_rows = int(max_batch_rows)
+        #: "padded" or "loop" once chosen ("on"/"off" choose at once; "auto" after timing both)
+        self.batched_forward_chosen: str | None = {"on": "padded", "off": "loop"}.get(batched_forward)
+        self._trial_s: dict[str, list[float]] = {"padded": [], "loop": []}
 
     @property
     def num_parameters(self) -> int:
@@ -257,59 +301,184 @@ class HFLanguageModel:
         return chunks
 
     # ------------------------------------------------------------------ public API
+    def _prepare(self, prompt: str, options: Sequence[str]) -> _Prepared:
+        options = list(options)
+        ctx, plans, _ = self._split(prompt, options)
+        kv, last_logits = self._context(ctx)
+        return _Prepared(options, plans, kv, len(ctx), torch.log_softmax(last_logits, dim=-1))
+
+    def _first_token_lps(self, pr: _Prepared) -> list[list[float]]:
+        """Each option's log-prob list, started with its first token when the context's cached
+        next-token logits predict it (the option's first token directly follows the context)."""
+        return [[float(pr.last[p.segment[0]])] if p.scored_from == 0 else [] for p in pr.plans]
+
+    def _score_packed(self, pr: _Prepared) -> list[list[float]]:
+        """Token log-probs of one request's options: packed after its context, one forward per chunk."""
+        plans, kv, past_len = pr.plans, pr.kv, pr.past_len
+        token_lps = self._first_token_lps(pr)
+        for chunk in self._chunks(plans):
+            ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
+            start = 0
+            for i in chunk:
+                seg, s0 = plans[i].segment, plans[i].scored_from
+                ids.append(seg)
+                seg_ids.append(np.full(len(seg), i))
+                pos.append(np.arange(past_len, past_len + len(seg)))
+                for j in range(max(s0, 1), len(seg)):
+                    keep.append(start + j - 1)
+                    targets.append(seg[j])
+                    owners.append(i)
+                start += len(seg)
+            seg_arr = np.concatenate(seg_ids)
+            if keep:
+                input_ids = torch.as_tensor(np.concatenate(ids), device=self.device).unsqueeze(0)
+                position_ids = torch.as_tensor(np.concatenate(pos), device=self.device).unsqueeze(0)
+                keep_t = torch.as_tensor(keep, device=self.device)
+                out = self.model(
+                    input_ids=input_ids,
+                    position_ids=position_ids,
+                    attention_mask=self._packed_mask(seg_arr, past_len),
+                    past_key_values=self._new_cache(kv, past_len),
+                    use_cache=True,
+                    logits_to_keep=keep_t,
+                )
+                lp = torch.log_softmax(out.logits[0].float(), dim=-1)
+                picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+                for owner, value in zip(owners, picked):
+                    token_lps[owner].append(value)
+                self.stats.forward_tokens += len(seg_arr)
+                self.stats.logit_positions += len(keep)
+        return token_lps
+
+    def _head(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+        """(decoder body, LM head) for computing logits at chosen (row, position) pairs only."""
+        body = getattr(self.model, getattr(self.model, "base_model_prefix", "model"), None)
+        head = self.model.get_output_embeddings()
+        if body is None or head is None or body is self.model:
+            return None
+        return body, head
+
+    def _score_padded(self, prepared: list[_Prepared]) -> list[list[list[float]]]:
+        """Token log-probs of several requests in one forward: row r = request r's options packed after
+        its own cached prefix (copied into the row's first ``past_len`` key/value slots; the slots up to
+        the longest prefix are padding that no query sees). Each option token sees its own request's
+        prefix and the earlier tokens of its own option, at the positions a lone forward would use, so
+        each row computes what :meth:`_score_packed` computes for that request."""
+        body, head = self._head()  # type: ignore[misc]
+        rows = len(prepared)
+        longest = max(pr.past_len for pr in prepared)
+        width = max(pr.pack_tokens for pr in prepared)
+        ids = np.zeros((rows, width), dtype=np.int64)
+        pos = np.zeros((rows, width), dtype=np.int64)
+        allowed = np.zeros((rows, width, longest + width), dtype=bool)
+        keep_rows, keep_cols, targets, owners = [], [], [], []
+        token_lps = [self._first_token_lps(pr) for pr in prepared]
+        for r, pr in enumerate(prepared):
+            seg_ids, start = [], 0
+            for i, plan in enumerate(pr.plans):
+                seg, n = plan.segment, len(plan.segment)
+                ids[r, start:start + n] = seg
+                pos[r, start:start + n] = np.arange(pr.past_len, pr.past_len + n)
+                seg_ids.append(np.full(n, i))
+                for j in range(max(plan.scored_from, 1), n):
+                    keep_rows.append(r)
+                    keep_cols.append(start + j - 1)
+                    targets.append(seg[j])
+                    owners.append((r, i))
+                start += n
+            seg_arr = np.concatenate(seg_ids)
+            idx = np.arange(start)
+            allowed[r, :start, :pr.past_len] = True
+            allowed[r, :start, longest:longest + start] = (seg_arr[:, None] == seg_arr[None, :]) & (idx[None, :] <= idx[:, None])
+            allowed[r, start:, 0] = True  # padding queries see one column (their outputs are never read)
+            self.stats.forward_tokens += start
+        kv = []
+        for layer in range(len(prepared[0].kv)):
+            k0, v0 = prepared[0].kv[layer]
+            k = k0.new_zeros(rows, k0.shape[1], longest + width, k0.shape[3])
+            v = v0.new_zeros(rows, v0.shape[1], longest + width, v0.shape[3])
+            for r, pr in enumerate(prepared):
+                k[r, :, :pr.past_len] = pr.kv[layer][0][0, :, :pr.past_len]
+                v[r, :, :pr.past_len] = pr.kv[layer][1][0, :, :pr.past_len]
+            kv.append((k, v))
+        mask = torch.from_numpy(allowed).to(self.device)[:, None]
+        if not self._bool_mask:
+            dtype = self.model.dtype
+            mask = torch.zeros(mask.shape, dtype=dtype, device=self.device).masked_fill(~mask, torch.finfo(dtype).min)
+        if targets:
+            out = body(input_ids=torch.as_tensor(ids, device=self.device), position_ids=torch.as_tensor(pos, device=self.device),
+                       attention_mask=mask, past_key_values=self._new_cache(kv, longest), use_cache=True)
+            hidden = out.last_hidden_state[torch.as_tensor(keep_rows, device=self.device), torch.as_tensor(keep_cols, device=self.device)]
+            logits = head(hidden).float()
+            cap = getattr(self.model.config, "final_logit_softcapping", None)
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            lp = torch.log_softmax(logits, dim=-1)
+            picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+            for (r, i), value in zip(owners, picked):
+                token_lps[r][i].append(value)
+            self.stats.logit_positions += len(targets)
+        self.stats.padded_batches += 1
+        return token_lps
+
     @torch.inference_mode()
     def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
         """Log-prob of each option as the continuation of ``prompt`` (shared-prefix, packed)."""
         options = list(options)
         with self._lock:
-            ctx, plans, _ = self._split(prompt, options)
-            kv, last_logits = self._context(ctx)
-            last = torch.log_softmax(last_logits, dim=-1)
-            past_len = len(ctx)
-            token_lps: list[list[float]] = [[] for _ in plans]
-            for chunk in self._chunks(plans):
-                ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
-                start = 0
-                for i in chunk:
-                    seg, s0 = plans[i].segment, plans[i].scored_from
-                    ids.append(seg)
-                    seg_ids.append(np.full(len(seg), i))
-                    pos.append(np.arange(past_len, past_len + len(seg)))
-                    for j in range(max(s0, 1), len(seg)):
-                        keep.append(start + j - 1)
-                        targets.append(seg[j])
-                        owners.append(i)
-                    start += len(seg)
-                for i in chunk:  # a first option token right after the context uses the cached logits
-                    if plans[i].scored_from == 0:
-                        token_lps[i].append(float(last[plans[i].segment[0]]))
-                seg_arr = np.concatenate(seg_ids)
-                if keep:
-                    input_ids = torch.as_tensor(np.concatenate(ids), device=self.device).unsqueeze(0)
-                    position_ids = torch.as_tensor(np.concatenate(pos), device=self.device).unsqueeze(0)
-                    keep_t = torch.as_tensor(keep, device=self.device)
-                    out = self.model(
-                        input_ids=input_ids,
-                        position_ids=position_ids,
-                        attention_mask=self._packed_mask(seg_arr, past_len),
-                        past_key_values=self._new_cache(kv, past_len),
-                        use_cache=True,
-                        logits_to_keep=keep_t,
-                    )
-                    lp = torch.log_softmax(out.logits[0].float(), dim=-1)
-                    picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
-                    for owner, value in zip(owners, picked):
-                        token_lps[owner].append(value)
-                    self.stats.forward_tokens += len(seg_arr)
-                    self.stats.logit_positions += len(keep)
+            pr = self._prepare(prompt, options)
+            token_lps = self._score_packed(pr)
             self.stats.score_calls += 1
             self.stats.options_scored += len(options)
         return [_option_score(o, lps) for o, lps in zip(options, token_lps)]
 
-    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
-        """Each request uses its own longest cached prefix, so requests from different episodes that
-        share few-shot examples share their key/values through the prefix cache."""
-        return [self.score(p, o) for p, o in requests]
+    @torch.inference_mode()
+    def score_batch(self, requests: Sequence[ScoreRequest], layout: str | None = None) -> list[list[OptionScore]]:
+        """Several requests: a loop of packed :meth:`score` calls (each on its own longest cached
+        prefix) or one padded forward per ``max_batch_rows`` requests (see the module doc), as
+        ``batched_forward`` chose for this device; ``layout`` ("loop" / "padded") forces one."""
+        requests = [(p, list(o)) for p, o in requests]
+        mode = layout or self.batched_forward_chosen
+        if layout not in (None, "loop", "padded"):
+            raise InvalidInputError(f"layout must be 'loop' or 'padded', got {layout!r}")
+        if len(requests) < 2 or mode == "loop" or self._head() is None:
+            return [self.score(p, o) for p, o in requests]
+        with self._lock:
+            prepared = [self._prepare(p, o) for p, o in requests]
+            trial = mode is None  # "auto" and not chosen yet: time this batch's option forwards
+            if trial:
+                mode = "padded" if len(self._trial_s["padded"]) <= len(self._trial_s["loop"]) else "loop"
+            sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+            sync()
+            t0 = time.perf_counter()
+            token_lps: list[list[list[float]]] = [[] for _ in prepared]
+            if mode == "loop":
+                token_lps = [self._score_packed(pr) for pr in prepared]
+            else:
+                fits = [r for r, pr in enumerate(prepared) if pr.pack_tokens <= self.max_pack_tokens]
+                for r in range(len(prepared)):
+                    if r not in fits:
+                        token_lps[r] = self._score_packed(prepared[r])
+                for g in range(0, len(fits), self.max_batch_rows):
+                    group = fits[g:g + self.max_batch_rows]
+                    for r, lps in zip(group, self._score_padded([prepared[r] for r in group])):
+                        token_lps[r] = lps
+            sync()
+            if trial:
+                self._record_trial(mode, (time.perf_counter() - t0) / sum(pr.pack_tokens for pr in prepared))
+            self.stats.score_calls += len(prepared)
+            self.stats.options_scored += sum(len(pr.options) for pr in prepared)
+        return [[_option_score(o, lps) for o, lps in zip(pr.options, row)] for pr, row in zip(prepared, token_lps)]
+
+    def _record_trial(self, mode: str, seconds_per_token: float, trials: int = 3) -> None:
+        """``batched_forward="auto"``: keep the layout with the lower median time per option token
+        after ``trials`` multi-request batches of each."""
+        self._trial_s[mode].append(seconds_per_token)
+        if all(len(v) >= trials for v in self._trial_s.values()):
+            med = {k: float(np.median(v)) for k, v in self._trial_s.items()}
+            self.batched_forward_chosen = min(med, key=med.get)  # type: ignore[arg-type]
+            log.info("score_batch on %s: padded %.3g s/token, loop %.3g s/token -> %s", self.device.type,
+                     med["padded"], med["loop"], self.batched_forward_chosen)
 
     @torch.inference_mode()
     def score_reference(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:

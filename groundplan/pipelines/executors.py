@@ -92,7 +92,8 @@ class RayExecutor:
                                          resources=rt.scorer_resources or None, backend=cfg.llm.backend,
                                          model=cfg.llm.model, options=cfg.llm.options, batch_window_ms=rt.batch_window_ms,
                                          max_batch=rt.max_batch, lm_factory=self.lm_factory,
-                                         num_threads=rt.scorer_threads) for _ in range(rt.scorers)]
+                                         num_threads=rt.scorer_threads, memo_size=rt.memo_size,
+                                         adaptive_batching=rt.adaptive_batching) for _ in range(rt.scorers)]
             actors += scorers
             lm_name = wait_for_actors([scorers[0].get_name.remote()], "LLM scorer", rt.start_timeout_s)[0]
             aff = None
@@ -222,11 +223,12 @@ def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list
 
 
 def merge_scorer_stats(per: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scorer's stats, or the replicas' summed (memo hit rate over all lookups) with each kept."""
     if len(per) == 1:
         return per[0]
-    req = sum(s["requests"] for s in per)
-    bat = sum(s["batches"] for s in per)
-    opts = sum(s["options"] for s in per)
-    busy = sum(s["busy_s"] for s in per)
-    return {"requests": req, "batches": bat, "mean_batch_size": req / bat if bat else 0.0, "options": opts,
-            "busy_s": busy, "options_per_s": opts / busy if busy else 0.0, "replicas": per}
+    total = {k: sum(s.get(k, 0) for s in per) for k in ("requests", "batches", "options", "busy_s", "memo_hits",
+                                                         "memo_lookups", "options_computed")}
+    return {**total, "mean_batch_size": total["requests"] / total["batches"] if total["batches"] else 0.0,
+            "options_per_s": total["options"] / total["busy_s"] if total["busy_s"] else 0.0,
+            "memo_hit_rate": total["memo_hits"] / total["memo_lookups"] if total["memo_lookups"] else 0.0,
+            "replicas": per}

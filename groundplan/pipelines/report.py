@@ -34,7 +34,7 @@ def _candidates(step: StepTrace, top: int = 5) -> str:
         return ""
     best = sorted(step.candidates, key=lambda c: c.combined, reverse=True)[:top]
     rows = "".join(
-        f"<tr><td>{_e(c.skill)}</td><td>{c.llm:.3f}</td><td>{'' if c.affordance is None else f'{c.affordance:.2f}'}"
+        f"<tr><td>{_e(c.skill)}</td><td>{'pruned' if c.llm is None else f'{c.llm:.3f}'}</td><td>{'' if c.affordance is None else f'{c.affordance:.2f}'}"
         f"</td><td>{c.combined:.3f}</td></tr>" for c in best)
     return f"<table><tr><th>candidate</th><th>llm</th><th>affordance</th><th>combined</th></tr>{rows}</table>"
 

@@ -59,7 +59,7 @@ def _key(*parts: str) -> str:
 
 
 def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None = None) -> str:
-    """Log an :class:`~groundplan.pipelines.evaluate.EvalResult` as one MLflow run; returns the run id."""
+    """Log an :class:`~groundplan.pipelines.sweep.EvalResult` as one MLflow run; returns the run id."""
     import mlflow
 
     from groundplan.pipelines.summary import render_table

@@ -8,7 +8,9 @@ through the affordances.
 
 Registered planners (``groundplan.planners.PLANNERS``):
 
-- ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``.
+- ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``; options
+  that cannot beat the best combined score (log p_affordance below it, as log p_LLM <= 0) are not
+  scored (``prune``, exact).
 - ``"saycan_novf"``: the "No VF" ablation (Sec. 5.5): the same planner without the value-function
   grounding, i.e. the argmax of the LLM score alone.
 - ``"generative"``: the "Generative" ablation (Sec. 5.5): the LLM greedily writes the next step and
@@ -150,6 +152,21 @@ class SayCanConfig(DialogPlannerConfig):
         description="Multiply the LLM probability by the affordance (SayCan). False is the 'No VF' "
         "ablation of Sec. 5.5: the LLM's argmax alone.",
     )
+    prune: bool = Field(
+        True,
+        description="Exact affordance-bound pruning: since log p_LLM <= 0, an option whose log-affordance "
+        "is below the best combined score found so far cannot win, so options are scored in order of "
+        "affordance, prune_chunk at a time, until none left can win; affordance-0 options are never "
+        "scored. Decisions are identical to full scoring; pruned options carry llm=None and "
+        "extra['pruned']=True. `groundplan plan` turns it off to chart every option's scores. Only "
+        "applies with use_affordance=True.",
+    )
+    prune_chunk: int = Field(
+        16,
+        ge=1,
+        description="Options per LLM call while pruning (one packed forward each): larger chunks mean "
+        "fewer forwards, smaller ones stop sooner.",
+    )
     max_options: int | None = Field(
         None,
         ge=2,
@@ -255,8 +272,9 @@ class DialogPlanner(Planner):
 class SayCanPlanner(DialogPlanner):
     """SayCan (Algorithm 1), and with ``use_affordance=False`` the "No VF" baseline (Sec. 5.5).
 
-    Each step scores every admissible label ``" <skill>"`` as the continuation of the prompt in one
-    ``lm.score`` call, takes log p_LLM as the sum (default) or mean of its token log-probs, adds
+    Each step scores the admissible labels ``" <skill>"`` as continuations of the prompt (all in one
+    ``lm.score`` call with ``prune=False``; with exact affordance-bound pruning, the default, only those
+    that can still win, in packed chunks by descending affordance), takes log p_LLM as the sum (default) or mean of its token log-probs, adds
     log p_affordance (an affordance of 0 gives -inf and is never chosen unless every skill has it),
     and picks the argmax; ties go to the first skill in the observation's order. The last step's
     feedback is not used: SayCan is open loop in language and sees the world only through the
@@ -312,11 +330,11 @@ class SayCanPlanner(DialogPlanner):
         skills = self._admissible(observation)
         if self.config.max_options is not None and len(skills) > self.config.max_options:
             skills = self._prefilter(observation)
+        if self.affordance is not None and self.config.prune:
+            return self._pruned_step(observation, skills)
         options = [" " + s for s in skills]
-        scores = self.lm.score(self._prompt, options)
-        if len(scores) != len(options) or any(s.option != o for s, o in zip(scores, options)):
-            raise RuntimeError(f"{self.lm.name} returned scores that do not match the {len(options)} options asked for")
-        llm = np.array([s.logprob_sum if self.config.llm_score == "sum" else s.logprob_mean for s in scores])
+        scores = self._score(options)
+        llm = np.array([self._llm_value(s) for s in scores])
 
         affordance: np.ndarray | None = None
         combined = llm.astype(float)
@@ -325,28 +343,84 @@ class SayCanPlanner(DialogPlanner):
             with np.errstate(divide="ignore"):  # log(0) = -inf is intended: that skill is impossible
                 combined = combined + np.log(affordance)
         combined = np.where(np.isnan(combined), -np.inf, combined)
+        return self._decide(skills, list(scores), llm, affordance, combined, {})
 
+    def _score(self, options: list[str]) -> list[Any]:
+        scores = self.lm.score(self._prompt, options)
+        if len(scores) != len(options) or any(s.option != o for s, o in zip(scores, options)):
+            raise RuntimeError(f"{self.lm.name} returned scores that do not match the {len(options)} options asked for")
+        return list(scores)
+
+    def _llm_value(self, score: Any) -> float:
+        return float(score.logprob_sum if self.config.llm_score == "sum" else score.logprob_mean)
+
+    def _pruned_step(self, observation: Observation, skills: list[str]) -> Decision:
+        """Algorithm 1's argmax with exact affordance-bound pruning (see ``SayCanConfig.prune``).
+
+        combined_i = log p_LLM,i + log p_aff,i <= log p_aff,i because log p_LLM <= 0. Options are scored
+        in descending affordance, ``prune_chunk`` per ``lm.score`` call; once the next option's bound
+        log p_aff is strictly below the best combined score so far, neither it nor any later option can
+        reach that score, so scoring stops. Unscored options keep combined = -inf, which is exact for
+        affordance 0 and strictly below the maximum otherwise, so the first-maximum argmax over the
+        observation's order (ties included) is the one full scoring gives. Should the model return a
+        positive log-prob (a bug in a backend or fake), the bound no longer holds and every remaining
+        option with a positive affordance is scored."""
+        affordance = _checked_affordances(self.affordance(observation, skills, tuple(self._history)), skills)
+        with np.errstate(divide="ignore"):
+            bound = np.log(affordance)
+        n = len(skills)
+        llm = np.full(n, np.nan)
+        combined = np.full(n, -np.inf)
+        scores: list[Any] = [None] * n
+        order = [int(i) for i in np.argsort(-affordance, kind="stable") if affordance[i] > 0]
+        best, pos, bound_holds = -np.inf, 0, True
+        while pos < len(order):
+            chunk = []
+            while pos < len(order) and len(chunk) < self.config.prune_chunk and not (bound_holds and bound[order[pos]] < best):
+                chunk.append(order[pos])
+                pos += 1
+            if not chunk:
+                break  # every remaining option's bound is below the best combined score
+            for i, s in zip(chunk, self._score([" " + skills[i] for i in chunk])):
+                scores[i] = s
+                llm[i] = self._llm_value(s)
+                value = llm[i] + bound[i]
+                combined[i] = -np.inf if np.isnan(value) else value
+                if llm[i] > 0:
+                    bound_holds = False
+            best = max(best, float(combined[chunk].max()))
+            if not bound_holds:
+                logger.warning("%s returned a positive log-prob; scoring every option (pruning needs log p <= 0)", self.lm.name)
+        scored = sum(s is not None for s in scores)
+        info = {"scored_options": scored, "pruned_options": n - scored}
+        return self._decide(skills, scores, llm, affordance, combined, info)
+
+    def _decide(self, skills: list[str], scores: list[Any], llm: np.ndarray, affordance: np.ndarray | None,
+                combined: np.ndarray, info: dict[str, Any]) -> Decision:
         best = int(np.argmax(combined))  # first maximum on ties
-        info: dict[str, Any] = {}
         if not np.isfinite(combined[best]):
             logger.warning(
                 "no skill has a finite SayCan score at step %d; choosing '%s'", len(self._history) + 1, skills[best]
             )
             info["no_feasible_skill"] = True
-        candidates = [
-            CandidateScore(
+        candidates = []
+        for i, (skill, s) in enumerate(zip(skills, scores)):
+            aff = None if affordance is None else float(affordance[i])
+            if s is None:  # pruned: never scored, cannot win (see _pruned_step)
+                candidates.append(CandidateScore(skill=skill, llm=None, affordance=aff, combined=float("-inf"),  # type: ignore[arg-type]
+                                                 extra={"pruned": True}))
+                continue
+            candidates.append(CandidateScore(
                 skill=skill,
                 llm=float(llm[i]),
-                affordance=None if affordance is None else float(affordance[i]),
+                affordance=aff,
                 combined=float(combined[i]),
                 extra={
                     "logprob_sum": float(s.logprob_sum),
                     "logprob_mean": float(s.logprob_mean),
                     "num_tokens": s.num_tokens,
                 },
-            )
-            for i, (skill, s) in enumerate(zip(skills, scores))
-        ]
+            ))
         return self._commit(skills[best], candidates, info)
 
 

@@ -43,6 +43,10 @@ def sweep_config(name: str, output_dir: str) -> dict[str, Any]:
     data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     data.update(SWEEPS[name])
     data["output_dir"] = output_dir
+    # the recorded traces hold every option's score: SayCan's exact pruning (issue 14) leaves the
+    # decisions unchanged but scores fewer options, so the guard compares full scoring
+    data["planners"] = [{**p, "options": {**p.get("options", {}), "prune": False}} if p["name"] == "saycan" else p
+                        for p in data["planners"]]
     return data
 
 

@@ -1,0 +1,101 @@
+"""The scorer's score memo (issue 14): exact (same scores as without it), computes each missing
+(prompt, option) once per batch, LRU-bounded, and its hit rate reaches the sweep's stats and MLflow."""
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+
+from groundplan.actors.scorer import DynamicBatcher, LLMScorer, MemoizedLM, ScoreMemo, memoized_score_batch
+from groundplan.core.errors import InvalidInputError
+from tests.fakes import FakeLM, hashed_logprob, small_kitchen_config, with_runtime
+
+HASHED = functools.partial(FakeLM, hashed_logprob)
+
+
+def test_memo_returns_exactly_the_models_scores_and_computes_only_misses():
+    lm, ref = FakeLM(hashed_logprob), FakeLM(hashed_logprob)
+    memo = ScoreMemo()
+    reqs = [("p1", [" a", " b"]), ("p2", [" a"]), ("p1", [" b", " c"])]  # " b" after p1 asked twice
+    got, computed = memoized_score_batch(lm, memo, reqs)
+    assert got == ref.score_batch(reqs) and computed == 4
+    assert sorted((p, sorted(o)) for p, o in lm.score_calls) == [("p1", [" a", " b", " c"]), ("p2", [" a"])]
+    again, computed = memoized_score_batch(lm, memo, [("p1", [" c", " a"]), ("p3", [" a"])])
+    assert again == ref.score_batch([("p1", [" c", " a"]), ("p3", [" a"])]) and computed == 1
+    assert lm.score_calls[-1] == ("p3", [" a"])
+    stats = memo.stats()
+    assert stats["memo_hits"] == 3 and stats["memo_lookups"] == 8  # p1 " b" twice in batch 1; 2 in batch 2 and stats["memo_entries"] == 5
+
+
+def test_memo_keys_include_the_model_and_evict_least_recently_used():
+    memo = ScoreMemo(max_entries=2)
+    a, b = FakeLM(hashed_logprob, name="a"), FakeLM(lambda p, o: -1.0, name="b")
+    memoized_score_batch(a, memo, [("p", [" x"])])
+    out, computed = memoized_score_batch(b, memo, [("p", [" x"])])  # another model: not a hit
+    assert computed == 1 and out[0][0].logprob_sum == -1.0
+    memoized_score_batch(a, memo, [("p", [" y"])])
+    assert len(memo) == 2 and memo.evictions == 1
+    assert memoized_score_batch(a, memo, [("p", [" x"])])[1] == 1  # ("a", p, x) was the oldest: evicted
+    with pytest.raises(InvalidInputError):
+        ScoreMemo(-1)
+
+
+def test_memoized_lm_is_a_language_model_with_the_same_scores():
+    m = MemoizedLM(FakeLM(hashed_logprob))
+    assert m.score("p", [" a", " b"]) == FakeLM(hashed_logprob).score("p", [" a", " b"])
+    assert m.score("p", [" b"]) == FakeLM(hashed_logprob).score("p", [" b"]) and m.memo.hits == 1
+    with pytest.raises(InvalidInputError):
+        m.score("p", [])
+
+
+def test_scorer_stats_report_the_memo_and_unmemoizable_models_opt_out():
+    scorer = LLMScorer(lm_factory=HASHED, batch_window_ms=5, max_batch=8)
+
+    async def main():
+        first = await asyncio.gather(*(scorer.score(f"p{i % 3}", [" a", " b"]) for i in range(9)))
+        return first, await scorer.stats()
+
+    results, stats = asyncio.run(main())
+    assert results == [FakeLM(hashed_logprob).score(f"p{i % 3}", [" a", " b"]) for i in range(9)]
+    assert stats["options"] == 18 and stats["options_computed"] == 6 and stats["memo_hit_rate"] == pytest.approx(12 / 18)
+
+    class Volatile(FakeLM):
+        memoizable = False
+
+    assert LLMScorer(lm_factory=lambda: Volatile(hashed_logprob)).memo.max_entries == 0
+
+
+def test_adaptive_batch_closes_without_waiting_the_window_for_a_lone_caller():
+    sizes = []
+    b = DynamicBatcher(lambda items: sizes.append(len(items)) or items, window_ms=10_000, max_batch=4)
+
+    async def main():
+        first = await asyncio.gather(*(b.submit(i) for i in range(4)))  # a full batch: closes at max_batch
+        lone = [await b.submit(i) for i in range(3)]  # one caller at a time: expected 4, then 1
+        return first, lone
+
+    first, lone = asyncio.run(asyncio.wait_for(main(), timeout=60))
+    assert first == [0, 1, 2, 3] and lone == [0, 1, 2]
+    assert sizes[0] == 4 and sizes[-1] == 1  # with a fixed window the lone calls would each wait 10 s
+
+
+def test_sweep_reports_memo_hit_rate_to_stats_and_mlflow(tmp_path, ray_local, monkeypatch):
+    import mlflow
+
+    from groundplan.pipelines.sweep import run_sweep
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = with_runtime(small_kitchen_config(tmp_path / "ray", name="memo", tasks={"families": ["nl_nouns"], "per_family": 2}),
+                       executor="ray", workers=2, mlflow=True)
+    result = run_sweep(cfg, lm_factory=HASHED, progress=False)
+    seq = run_sweep(small_kitchen_config(tmp_path / "seq", name="memo", tasks={"families": ["nl_nouns"], "per_family": 2}),
+                    lm=HASHED(), progress=False)
+    key = lambda t: t.episode_id  # noqa: E731
+    assert [[s.chosen for s in t.steps] for t in sorted(result.traces, key=key)] == \
+        [[s.chosen for s in t.steps] for t in sorted(seq.traces, key=key)]  # exact
+    sc = result.stats["scorer"]
+    assert 0 < sc["memo_hit_rate"] < 1 and sc["options_computed"] < sc["options"]  # seeds and No-VF share scores
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{(tmp_path / 'ray' / 'mlruns' / 'mlflow.db').resolve()}")
+    metrics = client.get_run(result.stats["mlflow_run_id"]).data.metrics
+    assert metrics["sweep.scorer.memo_hit_rate"] == pytest.approx(sc["memo_hit_rate"])
