@@ -87,7 +87,7 @@ def test_sweep_is_logged_to_mlflow(tmp_path, ray_local, monkeypatch):
     assert "SayCan.all.execution_success" in run.data.metrics and "sweep.episodes_run" in run.data.metrics
     arts = {a.path for a in client.list_artifacts(run_id)}
     assert {"summary.json", "traces.jsonl", "config.json", "summary_table.txt"} <= arts
-    saved = json.loads((cfg.run_dir / "summary.json").read_text())
+    saved = json.loads((cfg.run_dir / "summary.json").read_text())["rows"]
     assert {r["planner"] for r in saved} == {"SayCan", "No-VF"}
 
 

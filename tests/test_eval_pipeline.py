@@ -29,7 +29,7 @@ def test_sweep_writes_each_episode_once_and_resumes(tmp_path):
     assert again.skipped == n and len(lm.score_calls) == calls  # nothing re-run
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == n
-    saved = json.loads((cfg.run_dir / "summary.json").read_text())
+    saved = json.loads((cfg.run_dir / "summary.json").read_text())["rows"]
     assert {r["planner"] for r in saved} == {"SayCan", "No-VF"}
 
 

@@ -29,7 +29,7 @@ def test_sweep_writes_nothing_to_the_working_directory_and_its_artifacts_are_rea
     assert location.startswith((out / "mlruns").resolve().as_uri())
     mlflow.set_tracking_uri(uri)
     summary = json.loads(mlflow.artifacts.load_text(f"runs:/{run_id}/summary.json"))
-    assert {r["planner"] for r in summary} == {"SayCan", "No-VF"}
+    assert {r["planner"] for r in summary["rows"]} == {"SayCan", "No-VF"} and "paired_tests" in summary
     assert "<html" in mlflow.artifacts.load_text(f"runs:/{run_id}/report/index.html").lower()
     assert len(mlflow.artifacts.load_text(f"runs:/{run_id}/traces.jsonl").splitlines()) == len(result.traces)
     assert list(cwd.iterdir()) == []

@@ -37,7 +37,7 @@ from groundplan.envs.base import Env
 from groundplan.factory import make_env, make_llm
 from groundplan.llm import LanguageModel
 from groundplan.pipelines.executors import Executor, LocalExecutor, RayExecutor
-from groundplan.pipelines.summary import SummaryRow, select_best, summarize
+from groundplan.pipelines.summary import SummaryRow, select_best, summarize, summary_document
 from groundplan.rollout.frames import write_frames
 from groundplan.rollout.runner import EpisodeResult, EpisodeSpec
 from groundplan.rollout.traces import EpisodeTrace, read_traces, write_traces
@@ -166,11 +166,13 @@ def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
 def collect_results(cfg: EvalConfig, specs: list[EpisodeSpec], traces_path: Path, ran: int, stats: dict[str, Any],
                     stale: int = 0) -> EvalResult:
     """Read back this sweep's traces in the sweep's own order (episodes may finish in any order),
-    summarise them and write ``summary.json`` (and ``grid_selection.json`` for planner grids)."""
+    summarise them and write ``summary.json`` (rows with n and 95% intervals, paired McNemar tests) and
+    ``grid_selection.json`` for planner grids."""
     by_id = {t.episode_id: t for t in read_traces(traces_path)}
     traces = [by_id[s.episode_id] for s in specs if s.episode_id in by_id]
-    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])
-    atomic_write_text(traces_path.parent / "summary.json", json.dumps([r.to_dict() for r in rows], indent=2))
+    rows = summarize(traces, planner_order=[p.display for p in cfg.planners])  # with n and Wilson intervals
+    order = [p.display for p in cfg.planners]
+    atomic_write_text(traces_path.parent / "summary.json", json.dumps(summary_document(rows, traces, order), indent=2))
     best = select_best(rows, cfg.grids, cfg.select_by)
     if best:
         selection = {"select_by": cfg.select_by, "best": {g: r.planner for g, r in best.items()}}

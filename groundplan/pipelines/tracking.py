@@ -10,7 +10,6 @@ summary table, the camera frames and the HTML report.
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -62,7 +61,7 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
     """Log an :class:`~groundplan.pipelines.sweep.EvalResult` as one MLflow run; returns the run id."""
     import mlflow
 
-    from groundplan.pipelines.summary import render_table
+    from groundplan.pipelines.summary import render_table, render_text
 
     cfg = result.config
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
@@ -106,11 +105,7 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         except Exception as exc:  # the report is a convenience; the traces are logged above
             log.warning("could not render the HTML report: %s", exc)
         try:
-            from rich.console import Console
-
-            buf = io.StringIO()
-            Console(file=buf, width=120, color_system=None).print(render_table(result.summary, title=cfg.name))
-            mlflow.log_text(buf.getvalue(), "summary_table.txt")
+            mlflow.log_text(render_text(render_table(result.summary, title=cfg.name)), "summary_table.txt")
         except Exception as exc:  # the table is a convenience; the numbers are in summary.json
             log.warning("could not render the summary table: %s", exc)
         return run.info.run_id
