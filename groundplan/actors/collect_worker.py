@@ -33,9 +33,10 @@ class CollectWorker:
     """Holds one env and the action source; :meth:`run` returns one trajectory row."""
 
     def __init__(self, env_name: str, env_options: dict[str, Any], source: dict[str, Any], max_steps: int,
-                 fault: dict[str, str] | None = None) -> None:
+                 fault: dict[str, str] | None = None, max_admissible: int | None = None) -> None:
         self.env = ENVS.get(env_name)(**env_options)
         self.max_steps = max_steps
+        self.max_admissible = max_admissible
         self.kind = source.get("kind", "expert")
         self.fault = fault
         if self.kind == "expert":
@@ -62,7 +63,7 @@ class CollectWorker:
         else:
             chooser = planner_chooser(self.env, self.planner, item.task, item.seed)
         return run_trajectory(self.env, item.task, item.seed, chooser, source=self.label, split=item.split,
-                              traj_id=item.traj_id, max_steps=self.max_steps)
+                              traj_id=item.traj_id, max_steps=self.max_steps, max_admissible=self.max_admissible)
 
     def _maybe_crash(self, item: CollectItem) -> None:
         """Fault injection for tests: ``fault={"traj_id": id, "marker": path}`` kills this worker process

@@ -26,9 +26,11 @@ def admissible_of(obs: Observation) -> list[str]:
 
 
 def run_trajectory(env: Env, task: Task, seed: int, make_chooser: Any, *, source: str, split: str,
-                   traj_id: str, max_steps: int = 30) -> dict[str, Any]:
+                   traj_id: str, max_steps: int = 30, max_admissible: int | None = None) -> dict[str, Any]:
     """Run ``task`` and return the row; ``make_chooser(first_obs)`` gives ``choose(obs, last_result) ->
-    (action, done)`` (see :func:`expert_chooser`, :func:`planner_chooser`)."""
+    (action, done)`` (see :func:`expert_chooser`, :func:`planner_chooser`). A step that admits more than
+    ``max_admissible`` actions records an empty admissible list (VirtualHome admits thousands per
+    scene; the env, not the dataset, is their source)."""
     obs = env.reset(task, seed)
     init_obs = obs.text
     choose = make_chooser(obs)
@@ -41,7 +43,8 @@ def run_trajectory(env: Env, task: Task, seed: int, make_chooser: Any, *, source
         action, done = choose(obs, last)
         actions.append(action)
         observations.append(obs.text)
-        admissible.append(admissible_of(obs))
+        allowed = admissible_of(obs)
+        admissible.append(allowed if max_admissible is None or len(allowed) <= max_admissible else [])
         if done:
             feasible.append(True)
             break

@@ -9,3 +9,5 @@ ENVS.register_lazy("babyai", "groundplan.envs.babyai.env:BabyAIEnv", install="pi
 ENVS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiEnv", install="pip install 'groundplan[tabletop]'")
 ENVS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsEnv",
                    install="pip install 'groundplan[tabletop]'")
+ENVS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:SayCanPayVirtualHome",
+                   install="pip install --no-deps virtualhome-eval==0.1.1")

@@ -130,7 +130,8 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
 
 def _run_local(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
                result: CollectResult, fault: dict[str, str] | None) -> None:
-    worker = CollectWorker(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault=None)
+    worker = CollectWorker(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault=None,
+                           max_admissible=cfg.max_admissible)
     for item in todo:
         try:
             row = worker.run(item)
@@ -166,7 +167,7 @@ def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem]
     remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
 
     def spawn() -> Any:
-        return remote.remote(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault)
+        return remote.remote(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault, cfg.max_admissible)
 
     n = min(cfg.workers, len(todo))
     actors = [spawn() for _ in range(n)]

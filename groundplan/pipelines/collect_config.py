@@ -54,6 +54,8 @@ class CollectConfig(BaseModel):
     source: CollectSource = Field(default_factory=CollectSource, description="expert or planner")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="episode seeds per task")
     limit: int | None = Field(None, ge=1, description="at most this many tasks per split (None: all)")
+    max_admissible: int | None = Field(512, ge=1, description="a step admitting more actions than this "
+                                       "records an empty admissible list (VirtualHome admits ~4.7k per scene)")
     max_steps: int = Field(30, ge=1, le=1000, description="step cap per trajectory (the done step included)")
     executor: Literal["ray", "local"] = Field("ray", description="ray: a pool of actor workers; local: in-process")
     workers: int = Field(2, ge=1, le=1024, description="worker actors (one env each)")
