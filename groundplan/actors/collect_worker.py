@@ -62,8 +62,11 @@ class CollectWorker:
             chooser = expert_chooser(self.env, self.expert, item.task)
         else:
             chooser = planner_chooser(self.env, self.planner, item.task, item.seed)
-        return run_trajectory(self.env, item.task, item.seed, chooser, source=self.label, split=item.split,
-                              traj_id=item.traj_id, max_steps=self.max_steps, max_admissible=self.max_admissible)
+        row = run_trajectory(self.env, item.task, item.seed, chooser, source=self.label, split=item.split,
+                             traj_id=item.traj_id, max_steps=self.max_steps, max_admissible=self.max_admissible)
+        if self.kind == "expert":  # an expert with a per-episode fallback says which one acted
+            row["source"] = getattr(self.expert, "source", self.label)
+        return row
 
     def _maybe_crash(self, item: CollectItem) -> None:
         """Fault injection for tests: ``fault={"traj_id": id, "marker": path}`` kills this worker process

@@ -15,7 +15,8 @@ from groundplan.core.types import Observation, Task
 
 
 class Expert(Protocol):
-    #: label recorded as the trajectory's ``source``
+    #: label recorded as the trajectory's ``source`` (an expert that falls back to another one per
+    #: episode also sets ``source`` after its first ``act`` of an episode)
     name: str
 
     def act(self, task: Task, obs: Observation) -> str:
@@ -24,6 +25,8 @@ class Expert(Protocol):
 
 EXPERTS: Registry[Any] = Registry("expert")
 EXPERTS.register_lazy("babyai", "groundplan.envs.babyai.oracle:BabyAIOracle")
+# minigrid's BabyAIBot lifted to high-level actions, with the oracle as fallback (opt-in: source.expert)
+EXPERTS.register_lazy("babyai_bot", "groundplan.envs.babyai.bot:BabyAIBotExpert")
 EXPERTS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiOracle")
 EXPERTS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsOracle")
 EXPERTS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:ReferenceProgramExpert")
