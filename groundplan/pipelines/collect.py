@@ -225,6 +225,9 @@ def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
     import mlflow
 
     mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or tracking_uri(cfg))
+    if mlflow.get_experiment_by_name(cfg.name) is None:  # artifacts beside the store, not in the cwd
+        artifacts = (Path(cfg.output_dir).resolve() / "mlruns" / "artifacts").as_uri()
+        mlflow.create_experiment(cfg.name, artifact_location=artifacts)
     mlflow.set_experiment(cfg.name)
     with mlflow.start_run(run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}") as run:
         mlflow.log_params({"env": cfg.env.name, "env_options": str(cfg.env.options)[:500],
