@@ -194,6 +194,20 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_collect(args: argparse.Namespace) -> int:
+    from groundplan.pipelines.collect import run_collect
+    from groundplan.pipelines.collect_config import load_collect_config
+
+    cfg = load_collect_config(args.config, list(args.set or []))
+    r = run_collect(cfg, progress=not args.no_progress, fresh=args.fresh)
+    counts = ", ".join(f"{s}: {r.counts.get(s, 0)} ({r.successes.get(s, 0)} successful)" for s in cfg.splits)
+    console.print(f"{cfg.name}: {r.appended} new, {r.skipped} already stored, {r.reruns} rerun(s), "
+                  f"{len(r.errors)} error(s) in {r.wall_s:.1f} s; dataset {r.data_dir} has {counts}", markup=False)
+    if r.mlflow_run_id:
+        console.print(f"MLflow run: {r.mlflow_run_id}")
+    return 1 if r.errors else 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
@@ -274,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
     r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("collect", help="collect expert (or planner) trajectories into sharded Parquet (SayCanPay)")
+    c.add_argument("config", help="a collect config, e.g. configs/collect_babyai.yaml")
+    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. limit=10")
+    c.add_argument("--fresh", action="store_true", help="delete the stored shards first")
+    c.add_argument("--no-progress", action="store_true")
+    c.set_defaults(func=cmd_collect)
 
     sv = sub.add_parser("serve", help="serve planning over HTTP (Ray Serve): /v1/score, /v1/plan, /v1/sessions")
     sv.add_argument("config", help="a serve config, e.g. configs/serve_kitchen.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "groundplan"
 
 #: lowest first; a module may import its own layer and the ones before it
-LAYERS = ["core", "llm", "perception", "envs", "grounding", "planners", "config", "factory", "rollout", "actors",
+LAYERS = ["core", "llm", "perception", "envs", "datasets", "grounding", "planners", "config", "factory", "rollout", "actors",
           "pipelines", "serve", "plots", "cli"]
 
 

@@ -330,10 +330,13 @@ class TabletopWorld:
             for link in PANDA_HAND_LINKS
         )
 
-    def pick_and_place(self, obj: str, pick_xy: Sequence[float], place_xyz: Sequence[float]) -> PickPlaceResult:
+    def pick_and_place(self, obj: str, pick_xy: Sequence[float], place_xyz: Sequence[float],
+                       grasp_z: float | None = None) -> PickPlaceResult:
         """Scripted primitive: hover over ``pick_xy``, descend, close the fingers, attach on contact, lift,
         carry to above ``place_xyz``, descend until the held block touches something (or the height is
-        reached), release, retreat. ``place_xyz`` is where the block's centre should end up."""
+        reached), release, retreat. ``place_xyz`` is where the block's centre should end up. ``grasp_z``
+        is the height of the grasp point at the pick (default: 5 mm below the object's centre); thin
+        objects on a stack (Hanoi disks) need it higher so the fingertips miss the one below."""
         c = self.cid
         steps0 = self.sim_steps
         body = self.ids[obj]
@@ -341,7 +344,7 @@ class TabletopWorld:
         px, py = float(pick_xy[0]), float(pick_xy[1])
         self._set_fingers(FINGER_OPEN)
         self.move_to([px, py, HOVER_Z], speed=0.8)
-        self.move_to([px, py, max(obj_z - 0.005, 0.012)], speed=0.4)
+        self.move_to([px, py, max(obj_z - 0.005, 0.012) if grasp_z is None else grasp_z], speed=0.4)
         self._set_fingers(FINGER_CLOSED)
         self.step(40)
         grasped = self._fingers_touch(body)

@@ -1,0 +1,1 @@
+"""BabyAI pickup levels (SayCanPay, Sec. 6) through ``minigrid``, with high-level text actions."""

@@ -1,0 +1,147 @@
+"""The minigrid levels behind each family and split, and the deterministic task splits.
+
+train/test use the four SayCanPay levels as minigrid defines them, except ``pickup``, which is a small
+two-room version of minigrid's ``Pickup`` (3x3 rooms, 18 distractors) so that train/test plans stay
+short; test-generalize (SayCanPay Sec. 6: "distractors in BabyAI, more rooms") uses
+``Pickup`` on 2x2 rooms and the other three levels with distractor objects added. Layouts whose
+action names would be ambiguous (two "grey ball"s, two yellow doors) are skipped: the paper's actions
+carry no indices.
+
+Layouts are drawn by minigrid from a seed. Splits use disjoint seed ranges, and a test or
+test-generalize layout that equals a train layout (same grid, agent pose and mission) is skipped, so the
+splits are disjoint in content, not only in seed.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from functools import lru_cache
+from typing import Any
+
+from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
+from minigrid.envs.babyai.core.verifier import ObjDesc, PickupInstr
+from minigrid.envs.babyai.unlock import BlockedUnlockPickup, UnlockPickup, UnlockToUnlock
+
+from groundplan.core.types import Task
+from groundplan.envs.babyai.options import FAMILIES, SPLITS
+
+#: first seed of each split (ranges never overlap for any sensible split size)
+SEED_BASE = {"train": 0, "test": 1_000_000, "test-generalize": 2_000_000}
+MAX_STEPS = 100_000  # minigrid's own truncation is not used: the env counts primitive steps itself
+
+
+class SmallPickup(RoomGridLevel):
+    """minigrid's ``Pickup`` on two connected rooms with 4 distractors (train/test ``pickup``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(num_rows=1, num_cols=2, room_size=6, **kwargs)
+
+    def gen_mission(self) -> None:
+        self.place_agent()
+        self.connect_all()
+        objs = self.add_distractors(num_distractors=4, all_unique=False)
+        self.check_objs_reachable()
+        obj = self._rand_elem(objs)
+        self.instrs = PickupInstr(ObjDesc(obj.type, obj.color))
+
+
+class MultiRoomPickup(SmallPickup):
+    """minigrid's ``Pickup`` on 2x2 rooms with 8 unique distractors (test-generalize ``pickup``: more
+    rooms, more distractors). minigrid's own 3x3-room, 18-distractor ``Pickup`` almost always repeats
+    door colours, which makes "toggle <colour> door" ambiguous."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        RoomGridLevel.__init__(self, num_rows=2, num_cols=2, room_size=6, **kwargs)
+
+    def gen_mission(self) -> None:
+        self.place_agent()
+        self.connect_all()
+        objs = self.add_distractors(num_distractors=8, all_unique=True)
+        self.check_objs_reachable()
+        obj = self._rand_elem(objs)
+        self.instrs = PickupInstr(ObjDesc(obj.type, obj.color))
+
+
+def _with_distractors(base: type, n: int) -> type:
+    """``base`` with ``n`` distractor objects added after its own mission (test-generalize)."""
+
+    class WithDistractors(base):  # type: ignore[misc, valid-type]
+        def gen_mission(self) -> None:
+            super().gen_mission()
+            self.add_distractors(num_distractors=n, all_unique=False)
+
+    WithDistractors.__name__ = f"{base.__name__}Distractors"
+    return WithDistractors
+
+
+def level_class(family: str, split: str) -> tuple[type, dict[str, Any]]:
+    """The minigrid level class and its kwargs for ``family`` in ``split``."""
+    gen = split == "test-generalize"
+    if family == "pickup":
+        return (MultiRoomPickup, {}) if gen else (SmallPickup, {})
+    if family == "unlock_pickup":
+        return UnlockPickup, {"distractors": gen}
+    if family == "blocked_unlock_pickup":
+        return (_with_distractors(BlockedUnlockPickup, 3), {}) if gen else (BlockedUnlockPickup, {})
+    if family == "unlock_to_unlock":
+        return (_with_distractors(UnlockToUnlock, 3), {}) if gen else (UnlockToUnlock, {})
+    raise ValueError(f"unknown BabyAI family '{family}'; valid: {', '.join(FAMILIES)}")
+
+
+def make_level(family: str, split: str) -> RoomGridLevel:
+    cls, kwargs = level_class(family, split)
+    return cls(max_steps=MAX_STEPS, **kwargs)
+
+
+def unambiguous(env: RoomGridLevel) -> bool:
+    """Every floor object has a distinct "<colour> <type>" and every door a distinct colour, so each
+    high-level action names one thing (the paper's actions carry no indices)."""
+    from groundplan.envs.babyai.grid import doors, name, objects
+
+    names = [name(o) for _, o in objects(env)]
+    colours = [d.color for _, d in doors(env)]
+    return len(set(names)) == len(names) and len(set(colours)) == len(colours)
+
+
+def signature(env: RoomGridLevel) -> str:
+    """Content hash of a layout: the grid encoding, the agent pose and the mission."""
+    h = hashlib.sha1(env.grid.encode().tobytes())
+    h.update(f"{tuple(env.agent_pos)}|{env.agent_dir}|{env.mission}".encode())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=64)
+def _family_tasks(family: str, split: str, n: int, train_n: int) -> tuple[Task, ...]:
+    """``n`` tasks of ``family`` in ``split``, none equal to one of the first ``train_n`` train layouts."""
+    env = make_level(family, split)
+    exclude: set[str] = set()
+    if split != "train":
+        exclude = {t.metadata["signature"] for t in _family_tasks(family, "train", train_n, train_n)}
+    tasks: list[Task] = []
+    seed = SEED_BASE[split]
+    while len(tasks) < n:
+        with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints its rejection sampling
+            env.reset(seed=seed)
+        sig = signature(env)
+        if sig not in exclude and unambiguous(env):
+            exclude.add(sig)  # no duplicate layouts within a split either
+            desc = env.instrs.desc
+            tasks.append(Task(
+                task_id=f"babyai/{split}/{family}/{seed}", instruction=env.mission, family=family,
+                goal={"type": desc.type, "color": desc.color},
+                start_state={"level_seed": seed, "split": split},
+                metadata={"split": split, "signature": sig},
+            ))
+        seed += 1
+    return tuple(tasks)
+
+
+def split_tasks(split: str, sizes: dict[str, int], families: tuple[str, ...] = FAMILIES) -> list[Task]:
+    """The deterministic tasks of ``split``; ``sizes`` maps split → tasks per family."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    out: list[Task] = []
+    for fam in families:
+        out.extend(_family_tasks(fam, split, sizes[split], sizes["train"]))
+    return out

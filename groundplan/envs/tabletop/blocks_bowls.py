@@ -1,0 +1,236 @@
+"""SayCanPay's "put blocks in bowls" (Ravens) on the PyBullet tabletop (Sec. 6; Table 2's example goal
+"Put the yellow blocks in gray bowls" with observation "There is a gray bowl 1, gray bowl 2, ...").
+
+Several blocks and bowls may share a colour, so objects carry an index ("yellow block 2"). Actions
+``"put the <colour> block <i> in the <colour> bowl <j>"`` run the Panda's scripted pick-and-place
+(:meth:`TabletopWorld.pick_and_place`) under physics, into a free slot of the bowl (4 slots 6 cm apart;
+a full bowl refuses). A block already in that bowl, an unknown object or a full bowl is a failed step
+with the reason. The goal holds when every block of the goal's colour lies in some bowl of the goal's
+colour (``in_bowl`` of the Inner Monologue checkers, read from the physics).
+
+Sizes scaled to the table (objects must not overlap): train/test scenes have 1-3 goal blocks, 1-2 goal
+bowls and one distractor block and bowl in seen colours; test-generalize has 3-4 goal blocks and novel
+colours (SayCanPay Sec. 6: "unseen colors of blocks and bowls", "more blocks"). The paper's scenes
+hold up to 6 blocks and 5 bowls, which do not fit this workspace with bowls 17 cm wide.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.core.validation import validate_options
+from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.tabletop.scp_options import SPLITS, BlocksBowlsConfig
+from groundplan.envs.tabletop.tasks import Geometry, in_bowl
+from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
+
+DONE = "done"
+FAMILIES: tuple[str, ...] = ("put_blocks_in_bowls",)
+SEEN_COLOURS: tuple[str, ...] = ("blue", "red", "green", "yellow", "gray", "orange")
+NOVEL_COLOURS: tuple[str, ...] = ("purple", "pink", "cyan", "brown")
+#: place points inside a bowl, relative to its centre (a 2x2 grid of 6 cm pitch)
+SLOTS: tuple[tuple[float, float], ...] = ((0.03, 0.03), (-0.03, -0.03), (0.03, -0.03), (-0.03, 0.03))
+X_LIM, Y_LIM = (0.26, 0.64), (-0.25, 0.25)
+_ACTION = re.compile(r"^(?:put|place|move) (?:the )?(\w+ block \d+) (?:in|into|on) (?:the )?(\w+ bowl \d+)$")
+
+
+def action_label(block: str, bowl: str) -> str:
+    return f"put the {block} in the {bowl}"
+
+
+def instruction(block_colour: str, bowl_colour: str, n_blocks: int, n_bowls: int) -> str:
+    blocks = f"{block_colour} blocks" if n_blocks > 1 else f"{block_colour} block"
+    bowls = f"{bowl_colour} bowls" if n_bowls > 1 else f"{bowl_colour} bowl"
+    return f"put the {blocks} in the {bowls}"
+
+
+def sample_scene(rng: np.random.Generator, palette: Sequence[str], n_goal_blocks: int, n_goal_bowls: int) -> dict:
+    """Colours, names and table positions of one scene (rejection sampling with restarts)."""
+    cb, cw, cd_block, cd_bowl = (str(c) for c in rng.choice(palette, 4, replace=False))
+    blocks = [f"{cb} block {i + 1}" for i in range(n_goal_blocks)] + [f"{cd_block} block 1"]
+    bowls = [f"{cw} bowl {i + 1}" for i in range(n_goal_bowls)] + [f"{cd_bowl} bowl 1"]
+    for _ in range(500):
+        xy: dict[str, tuple[float, float]] = {}
+        for name in bowls + blocks:
+            bowl = "bowl" in name
+            for _ in range(200):
+                m = 0.09 if bowl else 0.03
+                p = (float(rng.uniform(X_LIM[0] + m - 0.03, X_LIM[1] - m + 0.03)),
+                     float(rng.uniform(Y_LIM[0] + m - 0.03, Y_LIM[1] - m + 0.03)))
+                if all(math.dist(p, q) >= (0.19 if bowl and "bowl" in o else 0.13 if bowl or "bowl" in o else 0.08)
+                       for o, q in xy.items()):
+                    xy[name] = p
+                    break
+            else:
+                break
+        if len(xy) == len(blocks) + len(bowls):
+            return {"blocks": blocks, "bowls": bowls, "xy": xy, "block_colour": cb, "bowl_colour": cw}
+    raise RuntimeError("could not lay out the scene")
+
+
+@lru_cache(maxsize=16)
+def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
+    """Deterministic tasks of ``split``; a test task equal to a train one (same scene) is skipped."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    gen = split == "test-generalize"
+    palette = NOVEL_COLOURS if gen else SEEN_COLOURS
+    seen = set() if split == "train" else {t.metadata["signature"] for t in split_tasks("train", n_train, n_train)}
+    rng = np.random.default_rng(int(hashlib.sha1(f"blocks_bowls|{split}".encode()).hexdigest()[:8], 16))
+    tasks: list[Task] = []
+    while len(tasks) < n:
+        nb = int(rng.integers(3, 5)) if gen else int(rng.integers(1, 4))
+        nw = int(rng.integers(1, 3))
+        scene = sample_scene(rng, palette, nb, nw)
+        sig = hashlib.sha1(repr(sorted((k, round(x, 3), round(y, 3)) for k, (x, y) in scene["xy"].items()))
+                           .encode()).hexdigest()[:16]
+        if sig in seen:
+            continue
+        seen.add(sig)
+        goal = {"block_colour": scene["block_colour"], "bowl_colour": scene["bowl_colour"]}
+        tasks.append(Task(
+            task_id=f"blocks_bowls/{split}/{len(tasks):04d}",
+            instruction=instruction(goal["block_colour"], goal["bowl_colour"], nb, nw),
+            family=FAMILIES[0], goal=goal,
+            start_state={"blocks": scene["blocks"], "bowls": scene["bowls"],
+                         "xy": {k: list(v) for k, v in scene["xy"].items()}, "split": split},
+            metadata={"split": split, "signature": sig},
+        ))
+    return tuple(tasks)
+
+
+class BlocksBowlsEnv(Env):
+    """Put blocks in bowls on the tabletop; one PyBullet DIRECT client per instance."""
+
+    name = "blocks_bowls"
+    done_skill = DONE
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps"))
+
+    def __init__(self, **options: Any) -> None:
+        self.config: BlocksBowlsConfig = validate_options(BlocksBowlsConfig, options, "blocks_bowls env options")
+        self.world = TabletopWorld()
+        self.geometry = Geometry()
+        self._task: Task | None = None
+        self.blocks: list[str] = []
+        self.bowls: list[str] = []
+        self._rng = np.random.default_rng(0)
+        self._stats: dict[str, float] = {}
+
+    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        if families is not None and (bad := [f for f in families if f not in FAMILIES]):
+            raise InvalidInputError(f"unknown blocks_bowls families {bad}; valid: {', '.join(FAMILIES)}")
+        c = self.config
+        size = {"train": c.train_size, "test": c.test_size, "test-generalize": c.generalize_size}[c.split]
+        return list(split_tasks(c.split, size, c.train_size))
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        st = task.start_state or {}
+        self.blocks, self.bowls = list(st["blocks"]), list(st["bowls"])
+        xy = {k: (float(v[0]), float(v[1])) for k, v in st["xy"].items()}
+        self.world.build(Layout(tuple(self.blocks), tuple(self.bowls), xy))
+        self._task = task
+        self._rng = np.random.default_rng([seed, int(hashlib.sha1(task.task_id.encode()).hexdigest()[:8], 16)])
+        self._stats = {"picks": 0, "sim_steps": 0}
+        return self._observe()
+
+    # ------------------------------------------------------------------------------------ state
+    def contents(self) -> dict[str, list[str]]:
+        """Blocks inside each bowl, read from the physics."""
+        pos = self.world.positions()
+        return {w: [b for b in self.blocks if in_bowl(pos[b], pos[w], self.geometry)] for w in self.bowls}
+
+    def skills(self) -> list[str]:
+        return [action_label(b, w) for b in self.blocks for w in self.bowls] + [DONE]
+
+    def execute(self, skill: str) -> StepResult:
+        if self._task is None:
+            raise RuntimeError("call reset(task, seed) first")
+        s = " ".join(skill.strip().lower().rstrip(".").split())
+        if s == DONE:
+            return StepResult(True, "done", self._observe())
+        m = _ACTION.match(s)
+        if m is None or m.group(1) not in self.blocks or m.group(2) not in self.bowls:
+            return self._fail(skill, "not an action here (put the <colour> block <i> in the <colour> bowl <j>)",
+                              admissible=False)
+        block, bowl = m.groups()
+        contents = self.contents()
+        if block in contents[bowl]:
+            return self._fail(skill, f"the {block} is already in the {bowl}")
+        pos = self.world.positions()
+        taken = [pos[b][:2] for b in contents[bowl]]
+        bx, by, bz = pos[bowl]
+        free = [(bx + dx, by + dy) for dx, dy in SLOTS
+                if all(math.dist((bx + dx, by + dy), q) > 0.04 for q in taken)]
+        if not free:
+            return self._fail(skill, f"the {bowl} is full")
+        cfg = self.config
+        pick = np.array(pos[block][:2]) + self._rng.normal(0, cfg.pick_noise_std, 2) * (cfg.pick_noise_std > 0)
+        place = np.array(free[0]) + self._rng.normal(0, cfg.place_noise_std, 2) * (cfg.place_noise_std > 0)
+        result = self.world.pick_and_place(block, pick, (float(place[0]), float(place[1]), bz + BOWL_FLOOR + BLOCK_HALF))
+        self._stats["picks"] += 1
+        self._stats["sim_steps"] += result.sim_steps
+        ok = block in self.contents()[bowl]
+        info = {"block": block, "bowl": bowl, "grasped": result.grasped, "sim_steps": result.sim_steps}
+        feedback = f"the {block} is in the {bowl}" if ok else \
+            f"the {block} did not land in the {bowl}" + ("" if result.grasped else " (nothing was grasped)")
+        return StepResult(ok, feedback, self._observe(), info=info)
+
+    def check_goal(self) -> GoalResult:
+        if self._task is None:
+            raise RuntimeError("call reset(task, seed) first")
+        g = self._task.goal
+        targets = [w for w in self.bowls if w.startswith(g["bowl_colour"] + " ")]
+        contents = self.contents()
+        sat, unsat = [], []
+        for b in self.blocks:
+            if b.startswith(g["block_colour"] + " "):
+                (sat if any(b in contents[w] for w in targets) else unsat).append(f"{b} is in a {g['bowl_colour']} bowl")
+        return GoalResult(not unsat, sat, unsat)
+
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        return {k: float(v) for k, v in self._stats.items()}
+
+    def close(self) -> None:
+        self.world.close()
+
+    def _fail(self, skill: str, reason: str, admissible: bool = True) -> StepResult:
+        return StepResult(False, f"cannot '{skill.strip()}': {reason}", self._observe(),
+                          info={"admissible": admissible, "reason": reason})
+
+    def _observe(self) -> Observation:
+        images: dict[str, Any] = {}
+        for cam in self.config.cameras:
+            images[f"{cam}_rgb"] = self.world.render(cam, self.config.image_width, self.config.image_height)[0]
+        contents = self.contents()
+        text = "There is a " + ", ".join(self.bowls + self.blocks) + "."
+        inside = [f"The {b} is in the {w}." for w, bs in contents.items() for b in bs]
+        text = " ".join([text, *inside])
+        return Observation(skills=self.skills(), state={"contents": contents}, text=text, images=images)
+
+
+class BlocksBowlsOracle:
+    """Expert: each goal block not yet in a goal bowl goes to the goal bowl holding the fewest blocks
+    (closed loop on the physical state)."""
+
+    name = "blocks_bowls_oracle"
+
+    def __init__(self, env: BlocksBowlsEnv) -> None:
+        self.env = env
+
+    def act(self, task: Task, obs: Observation) -> str:
+        g = task.goal
+        contents = self.env.contents()
+        targets = [w for w in self.env.bowls if w.startswith(g["bowl_colour"] + " ")]
+        placed = {b for w in targets for b in contents[w]}
+        todo = [b for b in self.env.blocks if b.startswith(g["block_colour"] + " ") and b not in placed]
+        if not todo:
+            return DONE
+        bowl = min(targets, key=lambda w: (len(contents[w]), targets.index(w)))
+        return action_label(todo[0], bowl)

@@ -1,0 +1,322 @@
+"""SayCanPay's Tower of Hanoi (sequence) on the PyBullet tabletop (Sec. 6: Ravens "Tower of Hanoi
+(sequence)": move a given disk to a given rod while keeping the puzzle's rules; Table 2's example
+"Move the gray disk in rod 2").
+
+Three rods on the table and 3 disks of different sizes and colours (4 in test-generalize, with colours
+never seen in train/test). Actions ``"put the <colour> disk in rod <n>"`` run the Panda's scripted
+pick-and-place (:meth:`TabletopWorld.pick_and_place`) under physics; rules are checked on the physical
+state before moving: only a top disk moves, never onto a smaller disk, never to its own rod — an
+illegal action is a failed step with the reason and moves nothing. Which disk sits on which rod is
+always read back from the physics (nearest rod within :data:`ROD_RADIUS`, ordered by height), so a
+dropped disk shows.
+
+Modelling choice: a disk is a solid cylinder and a rod is a static base pad with a visual-only pole,
+so disks stack on the pad rather than slide down a peg (Ravens' meshes with holes are not available
+offline). Goals: one disk on a rod, or the full tower on a rod. The expert is an optimal BFS solver
+over rod assignments, replanned from the physical state after every move.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+from collections import deque
+from functools import lru_cache
+from typing import Any, Sequence
+
+import numpy as np
+import pybullet as pb
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.core.validation import validate_options
+from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.tabletop.scp_options import SPLITS, HanoiConfig
+from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
+
+DONE = "done"
+FAMILIES: tuple[str, ...] = ("move_disk", "move_tower")
+#: colours of train/test disks, and the novel ones of test-generalize (SayCanPay Sec. 6: "unseen colors")
+SEEN_COLOURS: tuple[str, ...] = ("blue", "red", "green", "yellow", "gray", "orange")
+NOVEL_COLOURS: tuple[str, ...] = ("purple", "pink", "cyan", "brown")
+RODS: tuple[tuple[float, float], ...] = ((0.45, 0.17), (0.45, 0.0), (0.45, -0.17))
+DISK_HALF = 0.0125  # 2.5 cm thick
+PAD_HEIGHT = 0.004
+ROD_RADIUS = 0.045  # a disk whose centre is within this of a rod's axis is on that rod
+DISK_RADII = (0.018, 0.024, 0.030, 0.036)  # smallest first; the widest (7.2 cm) fits the 8 cm gripper
+_ACTION = re.compile(r"^(?:put|move) (?:the )?(\w+) disk (?:in|on|to|onto) (?:the )?rod (\d+)$")
+
+State = tuple[int, ...]  # rod index (0-based) of each disk, smallest disk first
+
+
+def action_label(colour: str, rod: int) -> str:
+    return f"put the {colour} disk in rod {rod + 1}"
+
+
+# ------------------------------------------------------------------------------------ the puzzle
+def legal_moves(state: State, n_rods: int = 3) -> list[tuple[int, int]]:
+    """(disk, rod) moves allowed by the rules in ``state`` (disks indexed smallest first)."""
+    tops = {}
+    for d, r in enumerate(state):  # the smallest disk on a rod is its top
+        tops.setdefault(r, d)
+    return [(d, r) for r0, d in tops.items() for r in range(n_rods) if r != r0 and (r not in tops or tops[r] > d)]
+
+
+def goal_holds(goal: dict[str, Any], state: State) -> bool:
+    if goal["kind"] == "tower":
+        return all(r == goal["rod"] for r in state)
+    return state[goal["disk"]] == goal["rod"]
+
+
+def solve(state: State, goal: dict[str, Any]) -> list[tuple[int, int]]:
+    """Optimal move sequence by BFS over the 3^n rod assignments (a fewest-moves plan)."""
+    prev: dict[State, tuple[State, tuple[int, int]] | None] = {state: None}
+    queue = deque([state])
+    while queue:
+        s = queue.popleft()
+        if goal_holds(goal, s):
+            plan = []
+            while prev[s] is not None:
+                s, move = prev[s]  # type: ignore[misc]
+                plan.append(move)
+            return plan[::-1]
+        for d, r in legal_moves(s):
+            t = tuple(r if i == d else x for i, x in enumerate(s))
+            if t not in prev:
+                prev[t] = (s, (d, r))
+                queue.append(t)
+    raise ValueError(f"no plan from {state} to {goal}")
+
+
+def describe(colours: Sequence[str], stacks: list[list[int]]) -> str:
+    """SayCanPay's text (Table 2): "Blue disk on top of gray disk. Gray disk in rod 1. ... The disks
+    can be moved in rod 1, rod 2, rod 3." ``stacks[r]`` lists disk indices bottom first."""
+    parts = []
+    for r, stack in enumerate(stacks):
+        for below, above in zip(stack[::-1][1:], stack[::-1][:-1]):
+            parts.append(f"{colours[above].capitalize()} disk on top of {colours[below]} disk.")
+        if stack:
+            parts.append(f"{colours[stack[0]].capitalize()} disk in rod {r + 1}.")
+    rods = ", ".join(f"rod {r + 1}" for r in range(len(stacks)))
+    return " ".join(parts + [f"The disks can be moved in {rods}."])
+
+
+def instruction(goal: dict[str, Any], colours: Sequence[str]) -> str:
+    if goal["kind"] == "tower":
+        return f"move all the disks to rod {goal['rod'] + 1}"
+    return f"move the {colours[goal['disk']]} disk in rod {goal['rod'] + 1}"
+
+
+@lru_cache(maxsize=16)
+def split_tasks(split: str, n: int, n_train: int, tower_goal_prob: float) -> tuple[Task, ...]:
+    """Deterministic tasks of ``split``: train/test have 3 disks in seen colours, test-generalize 4 disks
+    in novel colours; a test task equal to a train task (colours, start, goal) is skipped."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    gen = split == "test-generalize"
+    n_disks, palette = (4, NOVEL_COLOURS) if gen else (3, SEEN_COLOURS)
+    seen = set() if split == "train" else {t.metadata["signature"] for t in split_tasks("train", n_train, n_train,
+                                                                                         tower_goal_prob)}
+    rng = np.random.default_rng(zlib_seed(split))
+    tasks: list[Task] = []
+    while len(tasks) < n:
+        colours = [str(c) for c in rng.permutation(palette)[:n_disks]]
+        if rng.random() < 0.5:
+            start: State = (int(rng.integers(3)),) * n_disks
+        else:
+            start = tuple(int(v) for v in rng.integers(0, 3, n_disks))
+        if rng.random() < tower_goal_prob:
+            goal = {"kind": "tower", "rod": int(rng.integers(3))}
+        else:
+            goal = {"kind": "disk", "disk": int(rng.integers(n_disks)), "rod": int(rng.integers(3))}
+        if goal_holds(goal, start):
+            continue
+        sig = hashlib.sha1(repr((colours, start, goal)).encode()).hexdigest()[:16]
+        if sig in seen:
+            continue
+        seen.add(sig)
+        family = "move_tower" if goal["kind"] == "tower" else "move_disk"
+        goal = {**goal, "colours": colours}
+        tasks.append(Task(
+            task_id=f"hanoi/{split}/{len(tasks):04d}", instruction=instruction(goal, colours), family=family,
+            goal=goal, start_state={"colours": colours, "rods": list(start), "split": split},
+            reference_plan=tuple(action_label(colours[d], r) for d, r in solve(start, goal)) + (DONE,),
+            metadata={"split": split, "signature": sig},
+        ))
+    return tuple(tasks)
+
+
+def zlib_seed(text: str) -> int:
+    return int(hashlib.sha1(f"hanoi|{text}".encode()).hexdigest()[:8], 16)
+
+
+# ------------------------------------------------------------------------------------ the world
+class HanoiWorld(TabletopWorld):
+    """The tabletop world with rod pads and disks instead of blocks and bowls."""
+
+    def build_hanoi(self, colours: Sequence[str], start: State) -> None:
+        from groundplan.envs.tabletop.world import Layout
+
+        self.build(Layout((), (), {}))  # plane, Panda, nothing else
+        c = self.cid
+        for rx, ry in RODS:
+            pad_col = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=0.05, height=PAD_HEIGHT, physicsClientId=c)
+            pad_vis = pb.createVisualShape(pb.GEOM_CYLINDER, radius=0.05, length=PAD_HEIGHT,
+                                           rgbaColor=[0.45, 0.35, 0.25, 1], physicsClientId=c)
+            pb.createMultiBody(0, pad_col, pad_vis, [rx, ry, PAD_HEIGHT / 2], physicsClientId=c)
+            pole_vis = pb.createVisualShape(pb.GEOM_CYLINDER, radius=0.004, length=0.12,
+                                            rgbaColor=[0.45, 0.35, 0.25, 1], physicsClientId=c)
+            pb.createMultiBody(0, -1, pole_vis, [rx, ry, 0.06], physicsClientId=c)  # visual only
+        n = len(colours)
+        heights = [0] * len(RODS)
+        for d in reversed(range(n)):  # largest first, so each rod's stack is built bottom up
+            r = start[d]
+            z = PAD_HEIGHT + DISK_HALF * (2 * heights[r] + 1)
+            heights[r] += 1
+            radius = DISK_RADII[d]
+            col = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=radius, height=2 * DISK_HALF, physicsClientId=c)
+            vis = pb.createVisualShape(pb.GEOM_CYLINDER, radius=radius, length=2 * DISK_HALF,
+                                       rgbaColor=[*COLOURS[colours[d]], 1], physicsClientId=c)
+            body = pb.createMultiBody(0.05, col, vis, [RODS[r][0], RODS[r][1], z], physicsClientId=c)
+            pb.changeDynamics(body, -1, lateralFriction=0.9, physicsClientId=c)
+            self._add(f"{colours[d]} disk", body)
+        self.step(60)
+
+
+class HanoiEnv(Env):
+    """Tower of Hanoi on the tabletop; one PyBullet DIRECT client per instance."""
+
+    name = "hanoi"
+    done_skill = DONE
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"))
+
+    def __init__(self, **options: Any) -> None:
+        self.config: HanoiConfig = validate_options(HanoiConfig, options, "hanoi env options")
+        self.world = HanoiWorld()
+        self._task: Task | None = None
+        self.colours: list[str] = []
+        self._rng = np.random.default_rng(0)
+        self._stats: dict[str, float] = {}
+
+    def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        if families is not None and (bad := [f for f in families if f not in FAMILIES]):
+            raise InvalidInputError(f"unknown hanoi families {bad}; valid: {', '.join(FAMILIES)}")
+        c = self.config
+        size = {"train": c.train_size, "test": c.test_size, "test-generalize": c.generalize_size}[c.split]
+        tasks = split_tasks(c.split, size, c.train_size, c.tower_goal_prob)
+        return [t for t in tasks if families is None or t.family in families]
+
+    def reset(self, task: Task, seed: int) -> Observation:
+        st = task.start_state or {}
+        self.colours = list(st["colours"])
+        self.world.build_hanoi(self.colours, tuple(st["rods"]))
+        self._task = task
+        self._rng = np.random.default_rng([seed, zlib_seed(task.task_id)])
+        self._stats = {"picks": 0, "sim_steps": 0, "illegal_moves": 0}
+        return self._observe()
+
+    # ------------------------------------------------------------------------------------ state
+    def stacks(self) -> list[list[int]]:
+        """Disk indices per rod, bottom first, read from the physics; a disk on no rod is left out."""
+        pos = self.world.positions()
+        stacks: list[list[tuple[float, int]]] = [[] for _ in RODS]
+        for d, colour in enumerate(self.colours):
+            x, y, z = pos[f"{colour} disk"]
+            dists = [math.dist((x, y), rod) for rod in RODS]
+            r = int(np.argmin(dists))
+            if dists[r] < ROD_RADIUS:
+                stacks[r].append((z, d))
+        return [[d for _, d in sorted(s)] for s in stacks]
+
+    def rod_state(self) -> State | None:
+        """The rod of each disk, or None when a disk is on no rod."""
+        where = {d: r for r, s in enumerate(self.stacks()) for d in s}
+        return tuple(where[d] for d in range(len(self.colours))) if len(where) == len(self.colours) else None
+
+    def skills(self) -> list[str]:
+        return [action_label(c, r) for c in self.colours for r in range(len(RODS))] + [DONE]
+
+    # ------------------------------------------------------------------------------------ Env API
+    def execute(self, skill: str) -> StepResult:
+        if self._task is None:
+            raise RuntimeError("call reset(task, seed) first")
+        s = " ".join(skill.strip().lower().rstrip(".").split())
+        if s == DONE:
+            return StepResult(True, "done", self._observe())
+        m = _ACTION.match(s)
+        if m is None or m.group(1) not in self.colours or not 1 <= int(m.group(2)) <= len(RODS):
+            return self._fail(skill, "not an action here (put the <colour> disk in rod <1-3>)", admissible=False)
+        d, r = self.colours.index(m.group(1)), int(m.group(2)) - 1
+        stacks = self.stacks()
+        src = next((i for i, st in enumerate(stacks) if d in st), None)
+        colour = self.colours[d]
+        if src is None:
+            return self._fail(skill, f"the {colour} disk is on no rod")
+        if src == r:
+            return self._fail(skill, f"the {colour} disk is already in rod {r + 1}")
+        if stacks[src][-1] != d:
+            return self._fail(skill, f"the {colour} disk is under the {self.colours[stacks[src][-1]]} disk")
+        if stacks[r] and stacks[r][-1] < d:
+            return self._fail(skill, f"the {colour} disk cannot go on the smaller {self.colours[stacks[r][-1]]} disk")
+        cfg = self.config
+        name = f"{colour} disk"
+        pick = np.array(self.world.position(name)[:2]) + self._rng.normal(0, cfg.pick_noise_std, 2) * (cfg.pick_noise_std > 0)
+        place = np.array(RODS[r]) + self._rng.normal(0, cfg.place_noise_std, 2) * (cfg.place_noise_std > 0)
+        tz = PAD_HEIGHT + DISK_HALF * (2 * len(stacks[r]) + 1)
+        grasp_z = self.world.position(name)[2] + 0.003  # fingertips on this disk only, not the one below
+        result = self.world.pick_and_place(name, pick, (float(place[0]), float(place[1]), tz), grasp_z=grasp_z)
+        self._stats["picks"] += 1
+        self._stats["sim_steps"] += result.sim_steps
+        after = self.stacks()
+        ok = bool(after[r]) and after[r][-1] == d
+        info = {"disk": colour, "rod": r + 1, "grasped": result.grasped, "sim_steps": result.sim_steps,
+                "final_xyz": [round(v, 4) for v in self.world.position(name)]}
+        feedback = f"the {colour} disk is in rod {r + 1}" if ok else \
+            f"the {colour} disk did not land in rod {r + 1}" + ("" if result.grasped else " (nothing was grasped)")
+        return StepResult(ok, feedback, self._observe(), info=info)
+
+    def check_goal(self) -> GoalResult:
+        if self._task is None:
+            raise RuntimeError("call reset(task, seed) first")
+        goal = self._task.goal
+        text = instruction(goal, self.colours)
+        state = self.rod_state()
+        ok = state is not None and goal_holds(goal, state)
+        return GoalResult(ok, [text] if ok else [], [] if ok else [text])
+
+    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
+        return {k: float(v) for k, v in self._stats.items()}
+
+    def close(self) -> None:
+        self.world.close()
+
+    def _fail(self, skill: str, reason: str, admissible: bool = True) -> StepResult:
+        self._stats["illegal_moves"] += 1
+        return StepResult(False, f"cannot '{skill.strip()}': {reason}", self._observe(),
+                          info={"admissible": admissible, "reason": reason})
+
+    def _observe(self) -> Observation:
+        images: dict[str, Any] = {}
+        for cam in self.config.cameras:
+            rgb, depth, seg = self.world.render(cam, self.config.image_width, self.config.image_height)
+            images[f"{cam}_rgb"] = rgb
+        stacks = self.stacks()
+        return Observation(skills=self.skills(), state={"stacks": stacks, "colours": list(self.colours)},
+                           text=describe(self.colours, stacks), images=images)
+
+
+class HanoiOracle:
+    """Optimal expert: BFS from the physical rod state after every move (so a slipped disk is replanned)."""
+
+    name = "hanoi_optimal"
+
+    def __init__(self, env: HanoiEnv) -> None:
+        self.env = env
+
+    def act(self, task: Task, obs: Observation) -> str:
+        state = self.env.rod_state()
+        if state is None or goal_holds(task.goal, state):
+            return DONE
+        d, r = solve(state, task.goal)[0]
+        return action_label(self.env.colours[d], r)

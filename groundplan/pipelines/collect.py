@@ -1,0 +1,256 @@
+"""``groundplan collect``: expert (or planner) trajectories from parallel sim workers into sharded
+Parquet, resumable and exactly once (SayCanPay Sec. 4/6: N expert trajectories per env and split).
+
+The driver lists each split's deterministic tasks, drops the trajectory ids already stored (a rerun
+resumes), and hands the rest to a pool of :class:`~groundplan.actors.collect_worker.CollectWorker`
+actors (one env each) through ``ray.wait``. Each finished trajectory is appended at once to the
+store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose worker died is rerun on a
+fresh worker (up to ``max_retries``); an episode that raised is logged and left for the next run. At
+the end the dataset is logged to MLflow (schema, counts per split) with the tracking store under the
+output folder.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from groundplan.actors.collect_worker import CollectItem, CollectWorker
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Task
+from groundplan.datasets.schema import TRAJECTORY_SCHEMA
+from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples
+from groundplan.envs import ENVS
+from groundplan.pipelines.collect_config import CollectConfig
+
+log = logging.getLogger(__name__)
+__all__ = ["CollectResult", "run_collect", "load_trajectories", "prompt_examples", "plan_items"]
+
+
+class CollectInterrupted(RuntimeError):
+    """Raised by the ``stop_after`` test hook, as if the driver had been killed."""
+
+
+@dataclass
+class CollectResult:
+    data_dir: Path
+    appended: int
+    skipped: int
+    errors: list[str] = field(default_factory=list)
+    reruns: int = 0
+    wall_s: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
+    successes: dict[str, int] = field(default_factory=dict)
+    mlflow_run_id: str | None = None
+
+
+def source_label(cfg: CollectConfig) -> str:
+    """The label a trajectory id carries (the expert name is only known inside a worker)."""
+    s = cfg.source
+    if s.kind == "expert":
+        return f"expert:{s.expert or cfg.env.name}"
+    assert s.planner is not None
+    return f"planner:{s.planner.display}"
+
+
+def split_tasks(cfg: CollectConfig, split: str) -> list[Task]:
+    """The deterministic tasks of ``split`` (the env built with ``split=<split>``)."""
+    env = ENVS.get(cfg.env.name)(**{**cfg.env.options, "split": split})
+    try:
+        tasks = env.tasks()
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
+    return tasks[: cfg.limit] if cfg.limit else tasks
+
+
+def plan_items(cfg: CollectConfig) -> list[CollectItem]:
+    """Every trajectory of the run, with ids ``<env>|<split>|<task_id>|<source>|<seed>``: the same
+    config always names the same trajectories, which is what makes resuming exact."""
+    label = source_label(cfg)
+    items = []
+    for split in cfg.splits:
+        for task in split_tasks(cfg, split):
+            for seed in cfg.seeds:
+                items.append(CollectItem(f"{cfg.env.name}|{split}|{task.task_id}|{label}|{seed}", split, task, seed))
+    return items
+
+
+def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = False,
+                stop_after: int | None = None, fault: dict[str, str] | None = None) -> CollectResult:
+    """Collect every trajectory of ``cfg`` not stored yet; returns what this run did.
+
+    ``fresh`` deletes the stored shards first. Test hooks: ``stop_after`` raises
+    :class:`CollectInterrupted` after that many appends (the open journal is left as a crash leaves
+    it); ``fault`` is passed to the workers (see :meth:`CollectWorker._maybe_crash`)."""
+    data_dir = cfg.data_dir
+    if fresh and data_dir.exists():
+        for f in data_dir.iterdir():
+            f.unlink()
+    start = time.perf_counter()
+    items = plan_items(cfg)
+    done = finished_ids(data_dir)
+    todo = [it for it in items if it.traj_id not in done]
+    result = CollectResult(data_dir=data_dir, appended=0, skipped=len(items) - len(todo))
+    log.info("collect %s: %d trajectories, %d stored, %d to run", cfg.name, len(items), result.skipped, len(todo))
+    source = cfg.source.model_dump(mode="json")
+    with ShardWriter(data_dir, cfg.shard_size) as writer, \
+            tqdm(total=len(todo), desc=f"collect {cfg.env.name}", unit="traj", disable=not progress) as bar:
+
+        def sink(row: dict[str, Any]) -> None:
+            if writer.append(row):
+                result.appended += 1
+            bar.update(1)
+            if stop_after is not None and result.appended >= stop_after:
+                raise CollectInterrupted(f"stopped after {stop_after} trajectories (test hook)")
+
+        if todo:
+            if cfg.executor == "local":
+                _run_local(cfg, source, todo, sink, result, fault)
+            else:
+                _run_ray(cfg, source, todo, sink, result, fault)
+    result.wall_s = time.perf_counter() - start
+    if data_dir.exists() and any(data_dir.glob("part-*.parquet")):
+        table = load_trajectories(data_dir)
+        result.counts = dict(Counter(table.column("split").to_pylist()))
+        ok = [s for s, good in zip(table.column("split").to_pylist(), table.column("success").to_pylist()) if good]
+        result.successes = dict(Counter(ok))
+        if cfg.mlflow:
+            result.mlflow_run_id = log_dataset(cfg, table, result)
+    return result
+
+
+def _run_local(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
+               result: CollectResult, fault: dict[str, str] | None) -> None:
+    worker = CollectWorker(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault=None,
+                           max_admissible=cfg.max_admissible)
+    for item in todo:
+        try:
+            row = worker.run(item)
+        except Exception as e:  # an env or expert error: recorded, retried by the next run
+            result.errors.append(f"{item.traj_id}: {type(e).__name__}: {e}")
+            log.warning("trajectory %s failed: %s", item.traj_id, e)
+            continue
+        sink(row)
+
+
+def _connect(cfg: CollectConfig) -> bool:
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is None:  # a local Ray: workers import groundplan from this checkout
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cfg.workers * cfg.worker_cpus))
+    ray.init(address=address, **kwargs)
+    return True
+
+
+def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
+             result: CollectResult, fault: dict[str, str] | None) -> None:
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    started = _connect(cfg)
+    remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
+
+    def spawn() -> Any:
+        return remote.remote(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault, cfg.max_admissible)
+
+    n = min(cfg.workers, len(todo))
+    actors = [spawn() for _ in range(n)]
+    pending = deque(todo)
+    attempts: Counter[str] = Counter()
+    inflight: dict[Any, tuple[int, CollectItem]] = {}
+
+    def submit(i: int) -> None:
+        if pending:
+            item = pending.popleft()
+            inflight[actors[i].run.remote(item)] = (i, item)
+
+    try:
+        for i in range(n):
+            submit(i)
+        while inflight:
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            i, item = inflight.pop(ready[0])
+            try:
+                row = ray.get(ready[0])
+            except RayActorError as e:  # the worker died: rerun the episode on a fresh one
+                attempts[item.traj_id] += 1
+                ray.kill(actors[i])
+                actors[i] = spawn()
+                if attempts[item.traj_id] <= cfg.max_retries:
+                    log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempts[item.traj_id])
+                    result.reruns += 1
+                    pending.appendleft(item)
+                else:
+                    result.errors.append(f"{item.traj_id}: worker died {attempts[item.traj_id]} times ({e})")
+                submit(i)
+                continue
+            except RayTaskError as e:
+                result.errors.append(f"{item.traj_id}: {e.cause!r}")
+                log.warning("trajectory %s failed: %s", item.traj_id, e.cause)
+                submit(i)
+                continue
+            submit(i)
+            sink(row)
+    finally:
+        for a in actors:
+            ray.kill(a)
+        if started:
+            ray.shutdown()
+
+
+def tracking_uri(cfg: CollectConfig) -> str:
+    folder = Path(cfg.output_dir).resolve() / "mlruns"
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
+    """Log the dataset to MLflow: params, counts and successes per split, the schema, a dataset input."""
+    import mlflow
+
+    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or tracking_uri(cfg))
+    if mlflow.get_experiment_by_name(cfg.name) is None:  # artifacts beside the store, not in the cwd
+        artifacts = (Path(cfg.output_dir).resolve() / "mlruns" / "artifacts").as_uri()
+        mlflow.create_experiment(cfg.name, artifact_location=artifacts)
+    mlflow.set_experiment(cfg.name)
+    with mlflow.start_run(run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}") as run:
+        mlflow.log_params({"env": cfg.env.name, "env_options": str(cfg.env.options)[:500],
+                           "source": source_label(cfg), "splits": ",".join(cfg.splits), "workers": cfg.workers,
+                           "executor": cfg.executor, "data_dir": str(cfg.data_dir.resolve())})
+        metrics: dict[str, float] = {"trajectories": float(table.num_rows), "appended": float(result.appended),
+                                     "skipped": float(result.skipped), "reruns": float(result.reruns),
+                                     "errors": float(len(result.errors)), "wall_s": result.wall_s}
+        lengths = [len(a) for a in table.column("actions").to_pylist()]
+        for split, n in result.counts.items():
+            metrics[f"count.{split}"] = float(n)
+            metrics[f"success.{split}"] = float(result.successes.get(split, 0))
+            sl = [ln for ln, s in zip(lengths, table.column("split").to_pylist()) if s == split]
+            metrics[f"mean_actions.{split}"] = sum(sl) / max(len(sl), 1)
+        mlflow.log_metrics(metrics)
+        mlflow.log_dict({"fields": [{"name": f.name, "type": str(f.type)} for f in TRAJECTORY_SCHEMA]},
+                        "schema.json")
+        try:
+            import mlflow.data
+
+            df = table.select(["traj_id", "env", "split", "task_id", "goal", "success", "source"]).to_pandas()
+            ds = mlflow.data.from_pandas(df, source=str(cfg.data_dir.resolve()), name=cfg.name)
+            mlflow.log_input(ds, context="collect")
+        except Exception as e:  # the dataset input is a convenience; the metrics above are the record
+            log.warning("MLflow dataset input not logged: %s", e)
+        return run.info.run_id

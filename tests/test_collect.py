@@ -1,0 +1,125 @@
+"""``groundplan collect``: schema, exactly-once across an interrupted and resumed run, journal
+recovery, a Ray pool that reruns the episode of a dead worker, MLflow under the output folder, the CLI."""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from groundplan.datasets import TRAJECTORY_SCHEMA, load_trajectories, prompt_examples
+from groundplan.datasets.store import JOURNAL, ShardWriter, finished_ids
+from groundplan.pipelines.collect import CollectInterrupted, plan_items, run_collect
+from groundplan.pipelines.collect_config import CollectConfig
+
+pytest.importorskip("minigrid")
+
+EXPECTED = {
+    "traj_id": pa.string(), "env": pa.string(), "split": pa.string(), "task_id": pa.string(), "goal": pa.string(),
+    "init_obs": pa.string(), "actions": pa.list_(pa.string()), "observations": pa.list_(pa.string()),
+    "feasible": pa.list_(pa.bool_()), "rewards": pa.list_(pa.float64()), "success": pa.bool_(),
+    "source": pa.string(), "admissible": pa.list_(pa.list_(pa.string())),
+}
+
+
+def config(tmp_path, **kw):
+    data = {"name": "t", "env": {"name": "babyai", "options": {"train_per_family": 2, "test_per_family": 1,
+                                                                 "generalize_per_family": 1}},
+            "executor": "local", "shard_size": 3, "output_dir": str(tmp_path / "out"), "mlflow": False}
+    data.update(kw)
+    return CollectConfig.model_validate(data)
+
+
+def test_schema_is_the_contract():
+    assert {f.name: f.type for f in TRAJECTORY_SCHEMA} == EXPECTED
+
+
+def test_collect_writes_every_trajectory_with_the_schema(tmp_path):
+    cfg = config(tmp_path)
+    r = run_collect(cfg, progress=False)
+    table = load_trajectories(cfg.data_dir)
+    assert table.schema.equals(TRAJECTORY_SCHEMA)
+    assert r.appended == table.num_rows == 16 and r.counts == {"train": 8, "test": 4, "test-generalize": 4}
+    rows = table.to_pylist()
+    assert all(row["success"] and row["source"] == "babyai_oracle" for row in rows)
+    for row in rows:
+        n = len(row["actions"])
+        assert n == len(row["observations"]) == len(row["feasible"]) == len(row["rewards"]) == len(row["admissible"])
+        assert row["actions"][-1] == "done picking up" and row["rewards"][-1] == 1.0 and sum(row["rewards"]) == 1.0
+        assert row["observations"][0] == row["init_obs"] and all(row["feasible"])
+        assert all(a in adm for a, adm in zip(row["actions"], row["admissible"]))
+    examples = prompt_examples(cfg.data_dir, n=2)
+    assert len(examples) == 2 and all(g and o and a[-1] == "done picking up" for g, o, a in examples)
+    assert prompt_examples(cfg.data_dir) == prompt_examples(cfg.data_dir)  # deterministic
+
+
+def test_interrupted_then_resumed_run_is_exactly_once(tmp_path):
+    cfg = config(tmp_path)
+    with pytest.raises(CollectInterrupted):
+        run_collect(cfg, progress=False, stop_after=5)  # dies with an open journal (shard_size 3)
+    assert list(cfg.data_dir.glob(f"*{JOURNAL}"))
+    assert len(finished_ids(cfg.data_dir)) == 5  # the journal's trajectories were recovered
+    r = run_collect(cfg, progress=False)
+    assert r.skipped == 5 and r.appended == 11
+    ids = load_trajectories(cfg.data_dir).column("traj_id").to_pylist()
+    assert sorted(ids) == sorted(i.traj_id for i in plan_items(cfg)) and len(ids) == len(set(ids))
+    again = run_collect(cfg, progress=False)
+    assert again.appended == 0 and again.skipped == 16
+    assert load_trajectories(cfg.data_dir).num_rows == 16
+
+
+def test_torn_journal_keeps_complete_trajectories(tmp_path):
+    cfg = config(tmp_path, shard_size=100)
+    with pytest.raises(CollectInterrupted):
+        run_collect(cfg, progress=False, stop_after=4)
+    journal = next(cfg.data_dir.glob(f"*{JOURNAL}"))
+    data = journal.read_bytes()
+    journal.write_bytes(data[: len(data) - 40])  # a crash in the middle of the 4th write
+    assert len(finished_ids(cfg.data_dir)) == 3
+    run_collect(cfg, progress=False)
+    ids = load_trajectories(cfg.data_dir).column("traj_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 16
+
+
+def test_writer_refuses_a_stored_id(tmp_path):
+    cfg = config(tmp_path)
+    run_collect(cfg, progress=False)
+    row = load_trajectories(cfg.data_dir).to_pylist()[0]
+    with ShardWriter(cfg.data_dir) as w:
+        assert w.append(row) is False
+
+
+def test_mlflow_store_under_output_and_nothing_in_cwd(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfg = config(tmp_path, mlflow=True, splits=["test"])
+    r = run_collect(cfg, progress=False)
+    assert r.mlflow_run_id and (tmp_path / "out" / "mlruns" / "mlflow.db").exists()
+    assert os.listdir(work) == []
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'out' / 'mlruns' / 'mlflow.db'}")
+    run = mlflow.get_run(r.mlflow_run_id)
+    assert run.data.metrics["count.test"] == 4.0 and run.data.params["env"] == "babyai"
+
+
+def test_cli_collect(tmp_path, capsys):
+    from groundplan.cli import main
+
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: c\nenv: {{name: babyai, options: {{test_per_family: 1}}}}\nsplits: [test]\n"
+                    f"executor: local\nmlflow: false\noutput_dir: {tmp_path / 'o'}\n")
+    assert main(["collect", str(path), "--no-progress"]) == 0
+    assert "4 new" in capsys.readouterr().out
+    assert main(["collect", str(path), "--no-progress", "--set", "bogus=1"]) == 2  # unknown field named
+
+
+def test_ray_pool_reruns_the_episode_of_a_dead_worker(tmp_path, ray_local):
+    cfg = config(tmp_path, executor="ray", workers=2, worker_cpus=1.0, splits=["train"])
+    victim = plan_items(cfg)[3].traj_id
+    marker = tmp_path / "crashed"
+    r = run_collect(cfg, progress=False, fault={"traj_id": victim, "marker": str(marker)})
+    assert marker.exists() and r.reruns == 1 and not r.errors
+    ids = load_trajectories(cfg.data_dir).column("traj_id").to_pylist()
+    assert sorted(ids) == sorted(i.traj_id for i in plan_items(cfg)) and len(ids) == len(set(ids)) == 8
