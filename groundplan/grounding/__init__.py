@@ -11,5 +11,7 @@ from groundplan.core.registry import Registry
 AFFORDANCES: Registry = Registry("affordance")
 AFFORDANCES.register_lazy("kitchen_value", "groundplan.grounding.saycan:KitchenValueAffordance")
 AFFORDANCES.register_lazy("kitchen_language_sim", "groundplan.grounding.saycan:LanguageSimAffordance")
+AFFORDANCES.register_lazy("saycanpay_learned", "groundplan.grounding.saycanpay:LearnedCanPay")
+AFFORDANCES.register_lazy("saycanpay_oracle", "groundplan.grounding.saycanpay:OracleCanPay")
 AFFORDANCES.register_lazy("tabletop_detected", "groundplan.grounding.tabletop:DetectedObjectAffordance", install="pip install 'groundplan[tabletop]'")
 AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.grounding.virtualhome:PreconditionAffordance", install="pip install --no-deps virtualhome-eval==0.1.1")

@@ -327,7 +327,8 @@ class OracleCanPay:
 
     The candidate sequence (history + action) is replayed from the episode's start state, i.e.
     ``env.reset(task, seed)`` in a private env, with noise-free options; the action is feasible when
-    every step of the replay succeeds. Replays share prefixes through a small cache. This reads the
+    every step of the replay succeeds; "done" is feasible when the goal holds after the history (Sec. 5.1,
+    footnote 1). Replays share prefixes through a small cache. This reads the
     task and seed (ground truth), so it is for oracle-labelled rows only."""
 
     def __init__(self, **options: Any) -> None:
@@ -355,8 +356,12 @@ class OracleCanPay:
         else:
             self.env.reset(self._task, self._seed)
             ok = True
-            for action in sequence:
-                if action == getattr(self.env, "done_skill", "done"):
+            done_skill = getattr(self.env, "done_skill", "done")
+            for k, action in enumerate(sequence):
+                if action == done_skill:
+                    # Sec. 5.1, footnote 1: "the goal g is used to evaluate the preconditions of 'done'"
+                    if k == len(sequence) - 1:
+                        ok = self._task.goal is None or bool(self.env.check_goal().success)
                     continue
                 if not self.env.execute(action).success:
                     ok = False
