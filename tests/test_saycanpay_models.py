@@ -159,3 +159,33 @@ def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp
     p = model.predict(["<Goal> g <Initial State> o <NXT> done"])
     assert p.shape == (1,) and 0.0 <= p[0] <= 1.0
     assert not (tmp_path / "mlruns").exists()  # everything under output_dir
+
+
+def test_affordance_server_batches_episodes_into_one_forward(tiny_encoder, tmp_path):
+    """Two episodes' k×m requests arriving together go through each model once (no Ray needed:
+    the server class is driven on an event loop directly)."""
+    import asyncio
+
+    from groundplan.actors.affordance_server import AffordanceServer
+    from groundplan.core.types import Task
+    from groundplan.grounding.saycanpay import CanPayModel, load_model
+
+    can = str(CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64)).save(tmp_path / "can"))
+    pay = str(CanPayModel(CanPayModelConfig(kind="pay", encoder=tiny_encoder, max_length=64)).save(tmp_path / "pay"))
+    server = AffordanceServer({"cp": {"source": "saycanpay_learned", "options": {"can_model": can, "pay_model": pay,
+                                                                                 "device": "cpu"}}}, batch_window_ms=50)
+    task = Task(task_id="t", instruction="g", family="f", goal=None)
+    items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can")]
+
+    async def go():
+        await server.reset("e1", "cp", task, 0)
+        await server.reset("e2", "cp", task, 0)
+        return await asyncio.gather(server.score_sequences("e1", "cp", "g1", "o1", items),
+                                    server.score_sequences("e2", "cp", "g2", "o2", items[:1]))
+
+    model = load_model(can, None, "cpu")
+    before = model.forward_calls
+    first, second = asyncio.run(go())
+    assert model.forward_calls - before == 1
+    assert first.can.shape == (2,) and second.can.shape == (1,) and first.pay.shape == (2,)
+    np.testing.assert_allclose(second.can, model.predict([format_input("g2", "o2", [], "find a coke can")]), atol=1e-5)

@@ -381,3 +381,32 @@ class OracleCanPay:
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
         return np.array([1.0 if self._feasible(tuple(history) + (s,)) else 0.0 for s in skills])
+
+
+def score_sequences_batch(requests: Sequence[tuple[Any, str, str, Sequence[tuple[Sequence[str], str]]]]) -> list[CanPayScores]:
+    """Score many ``(source, goal, init_obs, items)`` requests (e.g. from several episodes) together:
+    the requests' learned models are shared per process (:func:`load_model`), so all texts of all
+    requests that use the same model go through it in one batched forward pass. Other sources are
+    called one request at a time."""
+    out: list[CanPayScores | None] = [None] * len(requests)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (src, _, _, _) in enumerate(requests):
+        if isinstance(src, LearnedCanPay):
+            groups.setdefault((id(src.can), id(src.pay)), []).append(i)
+        else:
+            out[i] = src.score_sequences(requests[i][1], requests[i][2], requests[i][3])
+    for members in groups.values():
+        src = requests[members[0]][0]
+        texts: list[str] = []
+        bounds = []
+        for i in members:
+            _, goal, obs, items = requests[i]
+            start = len(texts)
+            texts += [format_input(goal, obs, list(h), a) for h, a in items]
+            bounds.append((i, start, len(texts)))
+        bs = src.options.batch_size
+        can = src.can.predict(texts, bs) if src.can is not None else np.ones(len(texts))
+        pay = src.pay.predict(texts, bs) if src.pay is not None else np.ones(len(texts))
+        for i, a, b in bounds:
+            out[i] = CanPayScores(can=can[a:b], pay=pay[a:b], forwards=int(src.can is not None) + int(src.pay is not None))
+    return [o for o in out if o is not None]  # type: ignore[misc]
