@@ -210,3 +210,33 @@ def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> li
                 history = [tr.actions[j] for j in range(k) if tr.feasible[j]]
                 out.append(PayExample(format_input(tr.goal, tr.init_obs, history, tr.actions[k]), 0.0))
     return out
+
+
+# ------------------------------------------------------------------------------------ prompts
+def few_shot_prompt(trajs: Sequence[Trajectory], n: int = 3, seed: int = 0) -> str:
+    """App. A.1's few-shot prompt from ``n`` successful train trajectories with distinct goals:
+    ``[Goal] g`` / ``[Initial State] o0`` / ``[Step i] a_i`` blocks separated by blank lines."""
+    pool = [t for t in trajs if t.success and all(t.feasible)]
+    rng = random.Random(seed)
+    rng.shuffle(pool)
+    chosen, goals = [], set()
+    for t in pool:
+        if t.goal not in goals:
+            chosen.append(t)
+            goals.add(t.goal)
+        if len(chosen) == n:
+            break
+    blocks = ["\n".join([f"[Goal] {t.goal}", f"[Initial State] {t.init_obs}"] +
+                        [f"[Step {i + 1}] {a}" for i, a in enumerate(t.actions)]) for t in chosen]
+    return "\n\n".join(blocks) + "\n"
+
+
+if __name__ == "__main__":  # python -m groundplan.grounding.saycanpay_data <data> <env> <out.txt> [n]
+    import sys
+
+    if len(sys.argv) < 4:
+        raise SystemExit("usage: python -m groundplan.grounding.saycanpay_data <parquet|folder> <env> <out.txt> [n]")
+    text = few_shot_prompt(read_trajectories([sys.argv[1]], env=sys.argv[2], split="train"),
+                           int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+    with open(sys.argv[3], "w", encoding="utf-8") as fh:
+        fh.write(text)
