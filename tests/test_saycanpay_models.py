@@ -189,3 +189,28 @@ def test_affordance_server_batches_episodes_into_one_forward(tiny_encoder, tmp_p
     assert model.forward_calls - before == 1
     assert first.can.shape == (2,) and second.can.shape == (1,) and first.pay.shape == (2,)
     np.testing.assert_allclose(second.can, model.predict([format_input("g2", "o2", [], "find a coke can")]), atol=1e-5)
+
+
+def test_train_cli_refuses_a_missing_config_before_work(capsys):
+    from groundplan.cli import main
+
+    assert main(["train", "configs/no_such_train.yaml"]) == 2
+    assert "training config not found" in capsys.readouterr().out
+
+
+def test_shipped_train_configs_validate():
+    from groundplan.pipelines.train import load_train_config
+
+    can = load_train_config("configs/train_can_kitchen.yaml")
+    pay = load_train_config("configs/train_pay_kitchen.yaml", ["epochs=1"])
+    assert (can.model.kind, pay.model.kind, pay.epochs) == ("can", "pay", 1)
+    assert pay.resolved_delta == 0.6
+
+
+def test_wilson_interval_and_tables():
+    from groundplan.pipelines.saycanpay_tables import Row, wilson_interval
+
+    lo, hi = wilson_interval(7, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.397, 0.892)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert Row("GA-SCP", 10, 7, 5, 4.0, 0).cell(7) == "70% [40, 89]"

@@ -167,3 +167,22 @@ def test_episode_in_the_kitchen_with_oracle_can(tmp_path):
     assert trace.error is None, trace.error
     assert [s.chosen for s in trace.steps] == plan
     assert trace.execution_success
+
+
+@pytest.mark.parametrize("env", ["kitchen", "babyai", "hanoi", "blocks"])
+def test_eval_configs_load_with_every_row(env):
+    from groundplan.config import load_config
+    from groundplan.planners.saycanpay import SayCanPayConfig
+
+    cfg = load_config(f"configs/saycanpay_{env}.yaml")
+    labels = [p.display for p in cfg.planners]
+    for row in ["GT", "GA-Say", "GA-SC", "GA-SCP", "BA-Say", "BA-SC", "BA-SCP"]:
+        assert row in labels
+    for p in cfg.planners:
+        opts = dict(p.options)
+        if env != "kitchen":
+            opts["prompt"] = "saycanpay_kitchen"  # their prompts are written from scp-envs' data
+        c = SayCanPayConfig(**opts)
+        assert c.oracle == ("oracle" in p.display.lower())
+        if p.affordance == "saycanpay_oracle":
+            assert p.affordance_options["env"] == env
