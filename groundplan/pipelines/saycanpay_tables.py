@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("run_dir")
     ap.add_argument("--env", default=None, help="env whose reference plans are the experts (default: the traces')")
     args = ap.parse_args(argv)
-    traces = read_traces(Path(args.run_dir) / "traces.jsonl")
+    traces = list(read_traces(Path(args.run_dir) / "traces.jsonl"))
     if not traces:
         raise SystemExit(f"no traces in {args.run_dir}")
     env = args.env or traces[0].env
