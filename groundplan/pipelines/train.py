@@ -263,7 +263,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     """Train, log to MLflow, register; see the module docstring."""
     import mlflow
     import ray
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from groundplan.pipelines.tracking import flatten
@@ -300,7 +300,9 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
                 },
                 scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu,
                                              resources_per_worker={"CPU": cfg.cpus_per_worker}),
-                run_config=RunConfig(name=f"{cfg.name}-{run.info.run_id[:8]}", storage_path=str(run_root / "ray")),
+                run_config=RunConfig(name=f"{cfg.name}-{run.info.run_id[:8]}", storage_path=str(run_root / "ray"),
+                                     # checkpoints are reported only when the metric improves: the last is the best
+                                     checkpoint_config=CheckpointConfig(num_to_keep=1)),
             )
             result = trainer.fit()
         finally:
