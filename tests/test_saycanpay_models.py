@@ -90,18 +90,19 @@ def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
     registered source; batched and one-by-one scoring agree; the batch runs one forward pass."""
     from groundplan.grounding import AFFORDANCES
     from groundplan.grounding.saycanpay import CanPayModel
-    from groundplan.pipelines.train import _register
+    from groundplan.pipelines.train import _experiment, _register
 
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
     mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment("t")
+    _experiment("t", uri, tmp_path / "artifacts")
     with mlflow.start_run() as run:
         folder = model.save(tmp_path / "m")
         mlflow.log_artifacts(str(folder), artifact_path="model")
         _register("can-test", f"{run.info.artifact_uri}/model", run.info.run_id, uri)
+    assert run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())  # not ./mlruns
     source = AFFORDANCES.get("saycanpay_learned")(can_model="models:/can-test/1", tracking_uri=uri, device="cpu")
     items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can"), ([], "done")] * 4
     before = source.can.forward_calls
@@ -158,7 +159,8 @@ def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp
     assert model.kind == kind
     p = model.predict(["<Goal> g <Initial State> o <NXT> done"])
     assert p.shape == (1,) and 0.0 <= p[0] <= 1.0
-    assert not (tmp_path / "mlruns").exists()  # everything under output_dir
+    source = MlflowClient(result.tracking_uri, registry_uri=result.tracking_uri).get_model_version(f"{kind}-tiny", "1").source
+    assert source.startswith((tmp_path / "out").resolve().as_uri())  # artifacts under output_dir, not ./mlruns
 
 
 def test_affordance_server_batches_episodes_into_one_forward(tiny_encoder, tmp_path):

@@ -226,8 +226,17 @@ def resolve_model_folder(uri: str, tracking_uri: str | None = None) -> Path:
     from groundplan.core.paths import cache_dir
 
     identity = uri
-    if uri.startswith("models:/") and uri.rsplit("/", 1)[-1].isdigit():
-        identity = _model_version_identity(uri, tracking_uri)  # so a recreated registry never hits a stale copy
+    if uri.startswith("models:/"):
+        # resolve through our own client: mlflow's models:/ repository would consult the global
+        # default registry (a ./mlflow.db in the working directory), not ``tracking_uri``
+        source, identity = _model_version_source(uri, tracking_uri)
+        if source.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            source = unquote(urlparse(source).path)
+        if os.path.isdir(source):
+            return Path(source)
+        uri = source
     immutable = identity != uri or uri.startswith("runs:/")
     key = hashlib.sha256(f"{identity}|{tracking_uri}".encode()).hexdigest()[:16]
     target = cache_dir() / "canpay" / key
@@ -252,16 +261,24 @@ def resolve_model_folder(uri: str, tracking_uri: str | None = None) -> Path:
     return target
 
 
-def _model_version_identity(uri: str, tracking_uri: str | None) -> str:
-    """``models:/name/version`` → the version's run id and source, which identify its files."""
+def _model_version_source(uri: str, tracking_uri: str | None) -> tuple[str, str]:
+    """``models:/name/version`` (or ``models:/name/latest``) → (the version's artifact source, an identity
+    string of its run and source that keys the download cache)."""
     from mlflow.tracking import MlflowClient
 
     name, version = uri[len("models:/"):].rsplit("/", 1)
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     try:
-        mv = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri).get_model_version(name, version)
+        if version == "latest":
+            versions = client.search_model_versions(f"name='{name}'")
+            if not versions:
+                raise LookupError(f"no versions of '{name}'")
+            mv = max(versions, key=lambda v: int(v.version))
+        else:
+            mv = client.get_model_version(name, version)
     except Exception as e:  # mlflow raises its own exception types
         raise MissingModelError(f"no registered model version '{uri}' in {tracking_uri or 'the default MLflow store'}: {e}") from e
-    return f"{uri}|{mv.run_id}|{mv.source}|{mv.creation_timestamp}"
+    return mv.source, f"{name}/{mv.version}|{mv.run_id}|{mv.source}|{mv.creation_timestamp}"
 
 
 def load_model(uri: str, tracking_uri: str | None = None, device: str = "auto") -> CanPayModel:

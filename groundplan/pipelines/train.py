@@ -244,6 +244,19 @@ def train_loop(config: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------ driver
+def _experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
+    """Use experiment ``name``, creating it with its artifacts under the output folder (a SQLite store's
+    default artifact root is ./mlruns in the working directory)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if client.get_experiment_by_name(name) is None:
+        artifacts.mkdir(parents=True, exist_ok=True)
+        client.create_experiment(name, artifact_location=artifacts.resolve().as_uri())
+    mlflow.set_experiment(name)
+
+
 def _register(name: str, source: str, run_id: str, tracking_uri: str):
     """A new version of registered model ``name`` whose files are the run's ``model`` artifact folder.
 
@@ -275,7 +288,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     tracking_uri = tracking_uri_for(cfg)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    mlflow.set_experiment(cfg.experiment)
+    _experiment(cfg.experiment, tracking_uri, run_root.parent / "mlruns" / "artifacts")
     with mlflow.start_run(run_name=cfg.name) as run:
         params = {k: v for k, v in flatten(cfg.model_dump()).items() if k != "data"}
         params["data"] = ",".join(cfg.data)[:500]
