@@ -208,6 +208,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 1 if r.errors else 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from groundplan.pipelines.train import load_train_config, run_train
+
+    result = run_train(load_train_config(args.config, list(args.set or [])), progress=not args.no_progress)
+    shown = " ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.startswith("val_"))
+    console.print(f"registered {result.model_uri} ({shown}) in {result.tracking_uri}; files: {result.model_dir}", markup=False)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
@@ -288,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
     r.set_defaults(func=cmd_report)
+
+    t = sub.add_parser("train", help="train a SayCanPay Can or Pay model on Ray Train and register it in MLflow")
+    t.add_argument("config", help="e.g. configs/train_can_kitchen.yaml")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. epochs=5")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_train)
 
     c = sub.add_parser("collect", help="collect expert (or planner) trajectories into sharded Parquet (SayCanPay)")
     c.add_argument("config", help="a collect config, e.g. configs/collect_babyai.yaml")

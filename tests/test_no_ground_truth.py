@@ -153,6 +153,10 @@ CASES: list[Case] = [
     Case("inner_monologue", {"feedback": ["human"]}, lambda: FakeLM(generations=IM_THOUGHTS), _tabletop_episode,
          TABLETOP_TASK, oracles=("scripted human",)),
     Case("saynav", {"plan_mode": "score"}, FakeLM, _house_episode, HOUSE_TASK),
+    Case("saycanpay", {"decoding": "greedy_token", "score": "say"},
+         lambda: FakeLM(generations=["find a coke can\n", "pick up the coke can\n", "done\n"]), _toy_episode, TOY_TASK),
+    Case("saycanpay", {"decoding": "greedy_token", "score": "say"},
+         lambda: FakeLM(generations=["find a coke can\n", "pick up the coke can\n", "done\n"]), _toy_episode, TOY_TASK),
     Case("house_explore", {}, FakeLM, _house_episode, HOUSE_TASK),
     Case("house_oracle", {}, FakeLM, _house_episode, HOUSE_TASK, oracles=("target positions",)),
 ]

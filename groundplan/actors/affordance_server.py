@@ -26,6 +26,9 @@ class AffordanceServer:
             AFFORDANCES.get(spec.get("source", ""))  # unknown names fail at start, naming the valid ones
         self._instances: dict[tuple[str, str], Any] = {}
         self._batcher = DynamicBatcher(self._run, batch_window_ms, max_batch, size_of=lambda r: len(r[3]))
+        # SayCanPay's Can/Pay: all k×m candidates of a step, and the steps of concurrent episodes, in one
+        # forward pass per model (groundplan.grounding.saycanpay.score_sequences_batch)
+        self._seq_batcher = DynamicBatcher(self._run_sequences, batch_window_ms, max_batch, size_of=lambda r: len(r[4]))
 
     def _instance(self, episode: str, name: str) -> Any:
         key = (episode, name)
@@ -45,12 +48,23 @@ class AffordanceServer:
     def _run(self, batch: list[tuple]) -> list[np.ndarray]:
         return [np.asarray(self._instance(e, n)(obs, skills, hist), dtype=float) for e, n, obs, skills, hist in batch]
 
+    async def score_sequences(self, episode: str, name: str, goal: str, init_obs: str,
+                              items: Sequence[tuple[Sequence[str], str]]) -> Any:
+        """Can/Pay scores of (history, candidate) pairs for sources with ``score_sequences``."""
+        return await self._seq_batcher.submit((episode, name, goal, init_obs, [(list(h), a) for h, a in items]))
+
+    def _run_sequences(self, batch: list[tuple]) -> list[Any]:
+        from groundplan.grounding.saycanpay import score_sequences_batch
+
+        return score_sequences_batch([(self._instance(e, n), g, o, items) for e, n, g, o, items in batch])
+
     async def release(self, episode: str) -> None:
         for key in [k for k in self._instances if k[0] == episode]:
             del self._instances[key]
 
     async def stats(self) -> dict[str, Any]:
         out = self._batcher.stats.to_dict()
+        out["sequences"] = self._seq_batcher.stats.to_dict()
         out["live_instances"] = len(self._instances)
         return out
 
@@ -71,6 +85,18 @@ class RemoteAffordance:
         import ray
 
         return ray.get(self.handle.score.remote(self.episode, self.name, observation, list(skills), list(history)))
+
+
+class RemoteCanPay(RemoteAffordance):
+    """A SayCanPay Can/Pay source over an AffordanceServer handle: the planner's batched
+    ``score_sequences`` goes to the server, which batches it with other episodes' requests."""
+
+    def score_sequences(self, goal: str, init_obs: str, items: Sequence[tuple[Sequence[str], str]],
+                        one_by_one: bool = False) -> Any:
+        import ray
+
+        return ray.get(self.handle.score_sequences.remote(self.episode, self.name, goal, init_obs,
+                                                          [(list(h), a) for h, a in items]))
 
 
 def make_affordance_server(*, num_gpus: float = 0, num_cpus: float = 0.5, resources: dict[str, float] | None = None,

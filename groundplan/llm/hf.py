@@ -574,6 +574,12 @@ class HFLanguageModel:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self._embedder.embed(texts)
 
+    def beam_candidates(self, prompt: str, params):
+        """Token-level diverse beam search over this engine's cache (:mod:`groundplan.llm.beam_search`)."""
+        from groundplan.llm.beam_search import diverse_beam_search
+
+        return diverse_beam_search(self, prompt, params)
+
 
 def _option_score(option: str, lps: list[float]) -> OptionScore:
     total = float(sum(lps))

@@ -23,7 +23,6 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from groundplan.actors.collect_worker import CollectItem, CollectWorker
-from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples

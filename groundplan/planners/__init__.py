@@ -15,3 +15,5 @@ PLANNERS.register_lazy("house_explore", "groundplan.planners.nav_baselines:make_
                        config="groundplan.planners.nav_baselines:ExploreConfig")
 PLANNERS.register_lazy("house_oracle", "groundplan.planners.nav_baselines:make_oracle",
                        config="groundplan.planners.nav_baselines:OracleConfig")
+PLANNERS.register_lazy("saycanpay", "groundplan.planners.saycanpay:make_saycanpay",
+                       config="groundplan.planners.saycanpay:SayCanPayConfig")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
 
 from groundplan.core.types import Observation, Task
 from groundplan.envs.babyai import grid as G

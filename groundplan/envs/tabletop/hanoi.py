@@ -18,7 +18,6 @@ over rod assignments, replanned from the physical state after every move.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import re
 from collections import deque

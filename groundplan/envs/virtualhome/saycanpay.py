@@ -19,7 +19,6 @@ from pydantic import Field
 
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
-from groundplan.envs.virtualhome import dataset
 from groundplan.envs.virtualhome.env import VirtualHomeConfig, VirtualHomeEnv
 
 SCP_SPLITS = ("train", "test", "test-generalize")

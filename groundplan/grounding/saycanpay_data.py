@@ -1,0 +1,242 @@
+"""Training examples for SayCanPay's Can and Pay models from expert trajectories (Sec. 6; App. B).
+
+A trajectory τ = (o0, g, a1..aT, r) comes from the collect schema (Parquet: ``traj_id, env, split,
+task_id, goal, init_obs, actions, observations, feasible, rewards, success, source, admissible``).
+Every model input is the text of App. B.1:
+
+    <Goal> g <Initial State> o0 <Step 1> a1 ... <Step t-1> a_{t-1} <NXT> a_t
+
+(the markers are plain text; the encoder's tokenizer splits them). Examples:
+
+- **Can** (Sec. 6.1, Eq. 8): for each feasible step t of a trajectory, the triple (positive a_t, a
+  negative a_t' from the same trajectory at another step t' whose action differs, a negative ã from
+  another trajectory with a different goal or initial state), all three after the same history.
+  Steps a collector recorded as infeasible (on-policy data) are better negatives than random ones:
+  they replace the same-trajectory negative at the step they were tried.
+- **Pay** (Sec. 6.2): for each step of a successful trajectory, (history, a_t, δ^(T-t)) — 1 for the
+  last action, δ one step before, ... (the discounted return-to-go of the sparse reward, generalised
+  to any recorded rewards) — plus, per step, one negative from another trajectory with target 0.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One recorded episode, as the Can/Pay trainers need it."""
+
+    traj_id: str
+    env: str
+    split: str
+    task_id: str
+    goal: str
+    init_obs: str
+    actions: tuple[str, ...]
+    feasible: tuple[bool, ...]
+    rewards: tuple[float, ...]
+    success: bool
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def format_history(goal: str, init_obs: str, history: Sequence[str]) -> str:
+    """``<Goal> g <Initial State> o0 <Step 1> a1 ... <Step n> an`` (App. B.1)."""
+    parts = [f"<Goal> {goal.strip()}", f"<Initial State> {init_obs.strip()}"]
+    parts += [f"<Step {i + 1}> {a.strip()}" for i, a in enumerate(history)]
+    return " ".join(parts)
+
+
+def format_input(goal: str, init_obs: str, history: Sequence[str], action: str) -> str:
+    """The Can/Pay model input for candidate ``action`` after ``history`` (App. B.1 and B.2)."""
+    return f"{format_history(goal, init_obs, history)} <NXT> {action.strip()}"
+
+
+def discounted_returns(rewards: Sequence[float], delta: float) -> list[float]:
+    """Return-to-go G_t = Σ_k δ^k r_{t+k}, clipped to [0, 1]. With the sparse reward of Sec. 6.2
+    (r_T = 1, else 0) this is δ^(T-t): 1 for the last action, δ before it, δ² before that, ..."""
+    out, g = [0.0] * len(rewards), 0.0
+    for i in range(len(rewards) - 1, -1, -1):
+        g = float(rewards[i]) + delta * g
+        out[i] = min(1.0, max(0.0, g))
+    return out
+
+
+# ------------------------------------------------------------------------------------ reading
+def expand_paths(paths: Iterable[str]) -> list[str]:
+    """Parquet files named by ``paths`` (files, folders searched recursively, or globs), sorted."""
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True)
+        elif any(c in p for c in "*?["):
+            files += glob.glob(p, recursive=True)
+        elif os.path.exists(p):
+            files.append(p)
+        else:
+            from groundplan.core.errors import InvalidInputError
+
+            raise InvalidInputError(f"trajectory data not found: {p}")
+    return sorted(set(files))
+
+
+def read_trajectories(paths: Iterable[str], env: str | None = None, split: str | None = None) -> list[Trajectory]:
+    """Trajectories from Parquet files (pyarrow), filtered by env and split, in a stable order."""
+    import pyarrow.parquet as pq
+
+    from groundplan.core.errors import InvalidInputError
+
+    files = expand_paths(paths)
+    if not files:
+        raise InvalidInputError(f"no Parquet files under {list(paths)}")
+    out: list[Trajectory] = []
+    for f in files:
+        table = pq.read_table(f)
+        missing = {"traj_id", "goal", "init_obs", "actions"} - set(table.column_names)
+        if missing:
+            raise InvalidInputError(f"{f} lacks column(s) {sorted(missing)} of the trajectory schema")
+        for row in table.to_pylist():
+            if env is not None and row.get("env") != env:
+                continue
+            if split is not None and row.get("split", split) != split:
+                continue
+            actions = tuple(row["actions"] or ())
+            if not actions:
+                continue
+            feasible = tuple(bool(x) for x in (row.get("feasible") or [True] * len(actions)))
+            rewards = tuple(float(x) for x in (row.get("rewards") or ([0.0] * (len(actions) - 1) + [1.0])))
+            out.append(Trajectory(
+                traj_id=str(row["traj_id"]), env=str(row.get("env", "")), split=str(row.get("split", "")),
+                task_id=str(row.get("task_id", "")), goal=str(row["goal"]), init_obs=str(row["init_obs"]),
+                actions=actions, feasible=feasible, rewards=rewards, success=bool(row.get("success", True)),
+            ))
+    out.sort(key=lambda t: t.traj_id)
+    return out
+
+
+def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Train/validation split by trajectory (Table 8: 80/20), deterministic in ``seed``."""
+    order = list(trajs)
+    random.Random(seed).shuffle(order)
+    n_val = max(1, int(round(len(order) * val_fraction))) if len(order) > 1 else 0
+    return order[n_val:], order[:n_val]
+
+
+# ------------------------------------------------------------------------------------ examples
+@dataclass(frozen=True)
+class CanExample:
+    """Eq. 8's triple after one history: texts[0] is the positive, texts[1:] the two negatives."""
+
+    texts: tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class PayExample:
+    text: str
+    target: float
+
+
+def _other(trajs: Sequence[Trajectory], i: int, rng: random.Random) -> Trajectory | None:
+    """A trajectory with a different goal or initial observation than ``trajs[i]`` (Sec. 6.1's ã)."""
+    me = trajs[i]
+    for _ in range(20):
+        j = rng.randrange(len(trajs))
+        if j != i and (trajs[j].goal != me.goal or trajs[j].init_obs != me.init_obs):
+            return trajs[j]
+    return None
+
+
+def can_examples(trajs: Sequence[Trajectory], seed: int = 0) -> list[CanExample]:
+    """Sec. 6.1's triples [h_{t-1}, g, a_t, a_{t'≠t}, ã] for every feasible step of every trajectory.
+
+    The history is the trajectory's own feasible prefix. A step is skipped when no negative differs
+    from the positive (a one-action trajectory with nothing else to contrast)."""
+    rng = random.Random(seed)
+    out: list[CanExample] = []
+    for i, tr in enumerate(trajs):
+        history: list[str] = []
+        infeasible_here: list[str] = []
+        for t, (action, ok) in enumerate(zip(tr.actions, tr.feasible)):
+            if not ok:  # an on-policy mistake at this point: a hard negative for the next positive
+                infeasible_here.append(action)
+                continue
+            same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
+            other = _other(trajs, i, rng)
+            neg_other = [a for a in (other.actions if other else ()) if a != action]
+            neg_same = infeasible_here[-1] if infeasible_here else (rng.choice(same) if same else None)
+            neg_tilde = rng.choice(neg_other) if neg_other else None
+            if neg_same is None:
+                neg_same = neg_tilde
+            if neg_tilde is None:
+                neg_tilde = neg_same
+            if neg_same is not None:
+                out.append(CanExample(tuple(format_input(tr.goal, tr.init_obs, history, a)
+                                            for a in (action, neg_same, neg_tilde))))  # type: ignore[arg-type]
+            history.append(action)
+            infeasible_here = []
+    return out
+
+
+def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> list[PayExample]:
+    """Sec. 6.2's [g, h_{t-1}, a_t, r] with r the discounted return, and one zero-reward negative from
+    another trajectory per step. Only successful trajectories give positives (their returns are
+    meaningful); infeasible recorded steps get target 0."""
+    rng = random.Random(seed)
+    out: list[PayExample] = []
+    for i, tr in enumerate(trajs):
+        if not tr.success:
+            continue
+        keep = [k for k, ok in enumerate(tr.feasible) if ok]
+        actions = [tr.actions[k] for k in keep]
+        rewards = [tr.rewards[k] for k in keep]
+        if rewards and max(rewards) <= 0:  # a success with no recorded reward: sparse r_T = 1
+            rewards[-1] = 1.0
+        returns = discounted_returns(rewards, delta)
+        for t, (action, target) in enumerate(zip(actions, returns)):
+            history = actions[:t]
+            out.append(PayExample(format_input(tr.goal, tr.init_obs, history, action), target))
+            other = _other(trajs, i, rng)
+            neg = [a for a in (other.actions if other else ()) if a != action and a not in actions]
+            if neg:
+                out.append(PayExample(format_input(tr.goal, tr.init_obs, history, rng.choice(neg)), 0.0))
+        for k, ok in enumerate(tr.feasible):
+            if not ok:
+                history = [tr.actions[j] for j in range(k) if tr.feasible[j]]
+                out.append(PayExample(format_input(tr.goal, tr.init_obs, history, tr.actions[k]), 0.0))
+    return out
+
+
+# ------------------------------------------------------------------------------------ prompts
+def few_shot_prompt(trajs: Sequence[Trajectory], n: int = 3, seed: int = 0) -> str:
+    """App. A.1's few-shot prompt from ``n`` successful train trajectories with distinct goals:
+    ``[Goal] g`` / ``[Initial State] o0`` / ``[Step i] a_i`` blocks separated by blank lines."""
+    pool = [t for t in trajs if t.success and all(t.feasible)]
+    rng = random.Random(seed)
+    rng.shuffle(pool)
+    chosen, goals = [], set()
+    for t in pool:
+        if t.goal not in goals:
+            chosen.append(t)
+            goals.add(t.goal)
+        if len(chosen) == n:
+            break
+    blocks = ["\n".join([f"[Goal] {t.goal}", f"[Initial State] {t.init_obs}"] +
+                        [f"[Step {i + 1}] {a}" for i, a in enumerate(t.actions)]) for t in chosen]
+    return "\n\n".join(blocks) + "\n"
+
+
+if __name__ == "__main__":  # python -m groundplan.grounding.saycanpay_data <data> <env> <out.txt> [n]
+    import sys
+
+    if len(sys.argv) < 4:
+        raise SystemExit("usage: python -m groundplan.grounding.saycanpay_data <parquet|folder> <env> <out.txt> [n]")
+    text = few_shot_prompt(read_trajectories([sys.argv[1]], env=sys.argv[2], split="train"),
+                           int(sys.argv[4]) if len(sys.argv) > 4 else 3)
+    with open(sys.argv[3], "w", encoding="utf-8") as fh:
+        fh.write(text)

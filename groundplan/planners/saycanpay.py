@@ -1,0 +1,370 @@
+"""SayCanPay (Hazra et al., "SayCanPay: Heuristic Planning with LLMs using Learnable Domain Knowledge").
+
+Each step the LM (Say) proposes m candidate actions by token-level diverse beam search (Sec. 5;
+Table 7: 6 beams in 3 groups, diversity penalty 2.0, 10 new tokens) after a few-shot prompt in the
+paper's format (App. A.1)::
+
+    [Goal] <g>
+    [Initial State] <o0>
+    [Step 1] <a1>
+    ...
+
+Every candidate is mapped to the nearest admissible action by edit distance (Sec. 7.1, as Huang et
+al. 2022) and duplicates are merged (the highest p_say is kept, or the sum with ``merge: sum``). The
+decoding score (Eqs. 4–6) is a sum of logs, each with the authors' code's 1e-3 floor:
+
+    Say        log(p_say + ε)
+    SayCan     log(p_say + ε) + log(p_can + ε)
+    SayCanPay  log(p_say + ε) + log(p_can + ε) + log(p_pay + ε)
+
+p_say is the candidate's length-normalised model probability by default (``say_score``); p_can and
+p_pay come from a grounding source with ``score_sequences`` (``saycanpay_learned``: trained Can/Pay;
+``saycanpay_oracle``: simulator preconditions), which scores all candidates of a step in one batch.
+
+Decoding strategies (Sec. 4, 5.1, 5.2; Fig. 2):
+
+- ``greedy_token``: the plain LM greedily writes the next step (Planning LM), mapped to an action.
+- ``greedy_action``: the best-scoring candidate each step (Eqs. 4–6).
+- ``beam_action``: Eq. 7. The planner plans offline, as the paper does (Sec. 2: "complete plan
+  generation while maintaining an internal world state"): at the first step it searches over whole
+  action sequences using only the LM and Can/Pay — no env calls, no ground truth: its "state" is the
+  text history (goal, initial observation, actions so far) that the LM and the Can/Pay models
+  condition on. It keeps k = 3 sequences, expands each with the m candidates, scores all k×m with
+  one batched Can/Pay call, keeps the top k by accumulated score; a sequence that chooses the done
+  action leaves the beam (so k shrinks), and the search ends when all k have left or after
+  ``max_steps`` actions. The plan is the finished sequence with the best length-normalised score
+  (among active beams the accumulated sum and its mean rank alike, since they share a length — the
+  authors' code ranks by the sum and normalises at the end, which is the same thing). Each
+  ``next_step`` then returns the plan's next action; env feedback is not used (offline planning).
+
+Perfect-Say ablation (``perfect_say``, oracle): the LM is replaced by the expert's next action (from
+``task.reference_plan``) plus ``num_distractors`` random admissible actions, each with p_say = 1/(1+d),
+so Can and Pay alone decide; it reads ground truth, so it needs ``oracle: true`` and an oracle label.
+
+Every candidate of a step goes into the trace as a ``CandidateScore`` (llm = log p_say,
+affordance = p_can, combined = the decoding score) with ``extra`` = {say, can, pay, acc, texts, ...};
+for ``beam_action`` the whole search (every depth's k×m expansions) is in the first decision's info.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import CandidateScore, Decision, Observation, StepResult, Task
+from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, validate_instruction
+from groundplan.llm.base import GenerationParams, LanguageModel
+from groundplan.planners.base import Planner, PlannerOptions
+
+logger = logging.getLogger(__name__)
+
+
+class SayCanPayConfig(PlannerOptions):
+    """Options of the ``saycanpay`` planner (defaults: Table 7 and the authors' code)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: str = Field("saycanpay_kitchen", description="Few-shot examples in App. A.1's [Goal]/[Initial State]/"
+                        "[Step n] format: a shipped prompt name (groundplan/planners/prompts) or a .txt path.")
+    decoding: Literal["greedy_token", "greedy_action", "beam_action"] = Field(
+        "greedy_action", description="Greedy-Token, Greedy-Action (Sec. 5.1) or Beam-Action (Sec. 5.2).")
+    score: Literal["say", "saycan", "saycanpay"] = Field("saycanpay", description="Decoding score (Eqs. 4, 5, 6).")
+    say_score: Literal["mean", "sum", "beam"] = Field(
+        "mean", description="p_say of a candidate: exp of its mean token log-prob (length-normalised, default), of "
+        "the sum, or of beam search's own (diversity-penalised, length-normalised) score.")
+    num_candidates: int = Field(6, ge=1, description="m: beams of the token-level beam search = candidates per step.")
+    num_groups: int = Field(3, ge=1, description="Beam groups of the diverse beam search (Table 7: 3).")
+    diversity_penalty: float = Field(2.0, ge=0, description="Hamming diversity penalty between groups (Table 7).")
+    max_new_tokens: int = Field(10, ge=1, description="Longest candidate in tokens (Table 7: 10).")
+    beam_size: int = Field(3, ge=1, description="k: action sequences kept by Beam-Action (Table 7: 3).")
+    floor: float = Field(1e-3, gt=0, description="ε added inside every log (the authors' code: 1e-3).")
+    merge: Literal["max", "sum"] = Field("max", description="How duplicates (candidates mapped to the same action) "
+                                         "merge their p_say: the highest, or the sum (capped at 1).")
+    done_skill: str = Field("done", min_length=1, description="The action that ends a plan.")
+    max_steps: int = Field(20, ge=1, description="Most actions per plan, done included (the paper's code: 20).")
+    perfect_say: bool = Field(False, description="Perfect-Say ablation: the expert's next action plus distractors "
+                              "replace the LM's candidates (reads task.reference_plan; needs oracle: true).")
+    num_distractors: int = Field(2, ge=0, description="Distractors of the Perfect-Say ablation.")
+    oracle: bool = Field(False, description="Declares that this planner reads ground truth (Perfect-Say or an "
+                         "oracle grounding source); its label must say so.")
+    max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1, description="Longest instruction accepted.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_exists(cls, value: str) -> str:
+        from groundplan.planners.saycan import load_prompt
+
+        load_prompt(value)
+        return value
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """Perfect-Say reads the expert plan: the label says so."""
+        return ("expert plan",) if self.perfect_say else ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SayCanPayConfig":
+        if self.num_candidates % self.num_groups:
+            raise ValueError(f"num_candidates ({self.num_candidates}) must be a multiple of num_groups ({self.num_groups})")
+        if self.perfect_say and not self.oracle:
+            raise ValueError("perfect_say reads the expert plan (ground truth): set oracle: true and label the row oracle")
+        if self.beam_size > self.num_candidates:
+            raise ValueError("beam_size (k) must not exceed num_candidates (m), as in Sec. 5.2")
+        return self
+
+
+# --------------------------------------------------------------------------------------- helpers
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insert, delete, substitute: 1 each)."""
+    if len(a) < len(b):
+        a, b = b, a
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def nearest_action(text: str, actions: Sequence[str]) -> str:
+    """The admissible action closest to ``text`` by edit distance (ties: the first listed)."""
+    return min(actions, key=lambda a: edit_distance(text, a))
+
+
+def clean(text: str) -> str:
+    """A generated step without surrounding space and a closing full stop."""
+    return text.strip().rstrip(".").strip()
+
+
+def build_query(few_shot: str, goal: str, init_obs: str, history: Sequence[str]) -> str:
+    """App. A.1's prompt for the next step after ``history``."""
+    lines = [few_shot.rstrip("\n"), "", f"[Goal] {goal}", f"[Initial State] {init_obs}"]
+    lines += [f"[Step {i + 1}] {a}" for i, a in enumerate(history)]
+    return "\n".join(lines) + f"\n[Step {len(history) + 1}]"
+
+
+@dataclass
+class Candidate:
+    action: str
+    say_logp: float  # log p_say (un-floored)
+    texts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Expansion:
+    parent: int
+    prefix: tuple[str, ...]
+    candidate: Candidate
+    can: float = 1.0
+    pay: float = 1.0
+    step_score: float = 0.0
+    acc: float = 0.0
+
+
+# --------------------------------------------------------------------------------------- planner
+class SayCanPayPlanner(Planner):
+    """SayCanPay with the decoding strategy and score of its config (module doc)."""
+
+    name = "saycanpay"
+
+    def __init__(self, lm: LanguageModel, affordance: Any = None, config: SayCanPayConfig | Mapping[str, Any] | None = None,
+                 **overrides: Any) -> None:
+        from groundplan.planners.saycan import load_prompt
+
+        self.config: SayCanPayConfig = build_config(SayCanPayConfig, config, overrides)
+        c = self.config
+        if c.score != "say" and c.decoding != "greedy_token":
+            if affordance is None or not hasattr(affordance, "score_sequences"):
+                raise InvalidInputError(f"score '{c.score}' needs a Can/Pay grounding source with score_sequences "
+                                        "(affordance: saycanpay_learned or saycanpay_oracle)")
+        if c.perfect_say and c.decoding == "greedy_token":
+            raise InvalidInputError("perfect_say replaces candidate proposals; Greedy-Token has none")
+        self.lm = lm
+        self.affordance = affordance
+        self._few_shot = load_prompt(c.prompt)
+        self._task: Task | None = None
+        self._goal = ""
+        self._init_obs = ""
+        self._history: list[str] = []
+        self._plan: list[str] | None = None
+        self._rng = random.Random(0)
+        self.stats = {"proposals": 0, "canpay_calls": 0, "canpay_items": 0}
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    @property
+    def prompt(self) -> str:
+        return build_query(self._few_shot, self._goal, self._init_obs, self._history) if self._task else ""
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        self._goal = validate_instruction(task.instruction, self.config.max_instruction_chars)
+        self._task = task
+        self._init_obs = observation.text
+        self._history = []
+        self._plan = None
+        self._rng = random.Random(seed)
+        if self.affordance is not None and hasattr(self.affordance, "reset"):
+            self.affordance.reset(task, seed)
+
+    # ----------------------------------------------------------------- candidates (Say)
+    def _actions(self, observation: Observation) -> list[str]:
+        skills = list(observation.skills)
+        if observation.admissible is not None:
+            skills = [s for s, ok in zip(skills, observation.admissible) if ok]
+        if not skills:
+            raise InvalidInputError("the observation lists no actions to map candidates to")
+        if self.config.done_skill not in skills:
+            skills.append(self.config.done_skill)
+        return skills
+
+    def candidates(self, history: Sequence[str], actions: Sequence[str]) -> list[Candidate]:
+        """The m proposals after ``history``, mapped to admissible actions and merged."""
+        c = self.config
+        if c.perfect_say:
+            return self._perfect_say(history, actions)
+        from groundplan.llm.beam_search import BeamSearchParams, propose
+
+        params = BeamSearchParams(num_beams=c.num_candidates, num_groups=c.num_groups, diversity_penalty=c.diversity_penalty,
+                                  max_new_tokens=c.max_new_tokens, stop=("\n",))
+        proposals = propose(self.lm, build_query(self._few_shot, self._goal, self._init_obs, history), params)
+        self.stats["proposals"] += 1
+        merged: dict[str, Candidate] = {}
+        for p in proposals:
+            text = clean(p.text)
+            action = nearest_action(text, actions) if text else c.done_skill  # an empty step ends the plan
+            logp = {"mean": p.logprob_mean, "sum": p.logprob_sum, "beam": p.score}[c.say_score]
+            if action in merged:
+                m = merged[action]
+                m.say_logp = max(m.say_logp, logp) if c.merge == "max" else min(0.0, math.log(math.exp(m.say_logp) + math.exp(logp)))
+                m.texts.append(p.text)
+            else:
+                merged[action] = Candidate(action, logp, [p.text])
+        return list(merged.values())
+
+    def _perfect_say(self, history: Sequence[str], actions: Sequence[str]) -> list[Candidate]:
+        ref = list(self._task.reference_plan or ()) if self._task else []
+        expert = ref[len(history)] if len(history) < len(ref) else self.config.done_skill
+        others = [a for a in actions if a != expert]
+        picks = [expert] + self._rng.sample(others, min(self.config.num_distractors, len(others)))
+        logp = -math.log(len(picks))
+        return [Candidate(a, logp, ["<oracle>" if a == expert else "<distractor>"]) for a in picks]
+
+    # ----------------------------------------------------------------- scoring (Can, Pay)
+    def _score(self, expansions: list[Expansion]) -> None:
+        """Eqs. 4–6 for every expansion, with one batched Can/Pay call for all of them."""
+        c = self.config
+        if c.score != "say" and expansions:
+            out = self.affordance.score_sequences(self._goal, self._init_obs, [(e.prefix, e.candidate.action) for e in expansions])
+            self.stats["canpay_calls"] += 1
+            self.stats["canpay_items"] += len(expansions)
+            for e, can, pay in zip(expansions, out.can, out.pay):
+                e.can = float(can)
+                e.pay = float(pay) if c.score == "saycanpay" else 1.0
+        eps = c.floor
+        for e in expansions:
+            s = math.log(math.exp(e.candidate.say_logp) + eps)
+            if c.score != "say":
+                s += math.log(e.can + eps)
+            if c.score == "saycanpay":
+                s += math.log(e.pay + eps)
+            e.step_score = s
+
+    def _candidate_scores(self, expansions: list[Expansion]) -> list[CandidateScore]:
+        return [CandidateScore(skill=e.candidate.action, llm=e.candidate.say_logp,
+                               affordance=None if self.config.score == "say" else e.can, combined=e.step_score,
+                               extra={"say": math.exp(e.candidate.say_logp), "can": e.can, "pay": e.pay, "acc": e.acc,
+                                      "texts": list(e.candidate.texts), "beam": e.parent, "score": self.config.score})
+                for e in expansions]
+
+    # ----------------------------------------------------------------- decoding
+    def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
+        if self._task is None:
+            raise RuntimeError("SayCanPayPlanner.next_step was called before reset")
+        actions = self._actions(observation)
+        d = self.config.decoding
+        if d == "greedy_token":
+            return self._greedy_token(actions)
+        if d == "greedy_action":
+            exps = [Expansion(0, tuple(self._history), cand) for cand in self.candidates(self._history, actions)]
+            self._score(exps)
+            best = max(exps, key=lambda e: e.step_score)
+            return self._commit(best.candidate.action, self._candidate_scores(exps), {})
+        return self._beam_step(actions)
+
+    def _greedy_token(self, actions: list[str]) -> Decision:
+        params = GenerationParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens, stop=("\n",))
+        gen = self.lm.generate(build_query(self._few_shot, self._goal, self._init_obs, self._history), params)[0]
+        text = clean(gen.text)
+        action = nearest_action(text, actions) if text else self.config.done_skill
+        cand = CandidateScore(skill=action, llm=gen.logprob_mean, affordance=None, combined=gen.logprob_mean,
+                              extra={"texts": [gen.text], "say": math.exp(gen.logprob_mean)})
+        return self._commit(action, [cand], {"generated": gen.text})
+
+    def _beam_step(self, actions: list[str]) -> Decision:
+        info: dict[str, Any] = {}
+        if self._plan is None:
+            self._plan, info = self.beam_search(actions)
+        t = len(self._history)
+        action = self._plan[t] if t < len(self._plan) else self.config.done_skill
+        siblings = [CandidateScore(**c) for c in self._siblings.get(t, [])]
+        info["plan"] = list(self._plan)
+        return self._commit(action, siblings, info)
+
+    def beam_search(self, actions: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """Eq. 7 over whole action sequences (module doc); returns the plan and the search record."""
+        c = self.config
+        beams: list[tuple[tuple[str, ...], float]] = [((), 0.0)]
+        finished: list[tuple[tuple[str, ...], float]] = []
+        search: list[list[dict[str, Any]]] = []
+        by_prefix: dict[tuple[str, ...], list[Expansion]] = {}
+        for depth in range(c.max_steps):
+            if not beams:
+                break
+            exps = [Expansion(i, prefix, cand) for i, (prefix, _) in enumerate(beams)
+                    for cand in self.candidates(prefix, actions)]
+            self._score(exps)
+            for e in exps:
+                e.acc = beams[e.parent][1] + e.step_score
+                by_prefix.setdefault(e.prefix, []).append(e)
+            slots = c.beam_size - len(finished)
+            top = sorted(exps, key=lambda e: e.acc, reverse=True)[:slots]
+            search.append([{"beam": e.parent, "action": e.candidate.action, "say": math.exp(e.candidate.say_logp),
+                            "can": e.can, "pay": e.pay, "acc": e.acc, "kept": e in top} for e in exps])
+            beams = []
+            for e in top:
+                seq = e.prefix + (e.candidate.action,)
+                if e.candidate.action == c.done_skill or depth == c.max_steps - 1:
+                    finished.append((seq, e.acc))  # a finished beam leaves
+                else:
+                    beams.append((seq, e.acc))
+        pool = finished or beams
+        plan, acc = max(pool, key=lambda s: s[1] / max(len(s[0]), 1))
+        # the trace shows, at each step, the expansions of the plan's own prefix (its siblings)
+        self._siblings = {}
+        for t in range(len(plan)):
+            exps = by_prefix.get(tuple(plan[:t]), [])
+            self._siblings[t] = [vars(s) for s in self._candidate_scores(exps)]
+        info = {"search": search, "plan_score": acc, "plan_score_normalised": acc / max(len(plan), 1),
+                "finished": [[list(s), a] for s, a in finished]}
+        return list(plan), info
+
+    def _commit(self, action: str, candidates: list[CandidateScore], info: dict[str, Any]) -> Decision:
+        done = action == self.config.done_skill
+        n = len(self._history) + 1
+        if not done:
+            self._history.append(action)
+        return Decision(skill=action, done=done, candidates=candidates, prompt_delta=f" {action}\n[Step {n + 1}]",
+                        info=info)
+
+
+def make_saycanpay(lm: LanguageModel, affordance: Any = None, **options: Any) -> Planner:
+    """SayCanPay; ``options`` are the fields of :class:`SayCanPayConfig`."""
+    return SayCanPayPlanner(lm, affordance, **options)

@@ -1,0 +1,114 @@
+"""Diverse beam search (SayCanPay's Say step): the cached tree-attention search equals an uncached
+reference, plain beam search (one group) equals transformers' own, diversity changes the groups."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.beam_search import (
+    BeamSearchParams,
+    _search,
+    diverse_beam_search,
+    propose,
+    reference_beam_search,
+)
+
+PROMPT = "[Goal] bring me a coke can.\n[Initial State] The robot is at the user.\n[Step 1]"
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    """An HFLanguageModel over a 2-layer random Llama with SmolLM2's tokenizer (fast, deterministic)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from groundplan.llm.hf import HFLanguageModel
+    from groundplan.llm.loading import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m-instruct"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # sharpen the random logits so beams differ clearly
+        model.lm_head.weight.mul_(40.0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return HFLanguageModel(model=str(folder), dtype="float32", device_map=None)
+
+
+def _key(cands):
+    return [(c.group, c.text, c.num_tokens, round(c.score, 3), round(c.logprob_sum, 3)) for c in cands]
+
+
+@pytest.mark.parametrize("params", [
+    BeamSearchParams(num_beams=6, num_groups=3, diversity_penalty=2.0, max_new_tokens=6, stop=()),
+    BeamSearchParams(num_beams=4, num_groups=2, diversity_penalty=0.5, max_new_tokens=5, stop=(" ",)),
+])
+def test_cached_search_equals_uncached_reference(tiny_lm, params):
+    tiny_lm.cache.clear()
+    fast = diverse_beam_search(tiny_lm, PROMPT, params)
+    slow = reference_beam_search(tiny_lm, PROMPT, params)
+    assert len(fast) == params.num_beams
+    assert _key(fast) == _key(slow)
+    again = diverse_beam_search(tiny_lm, PROMPT, params)  # warm prefix cache: same answer
+    assert _key(again) == _key(fast)
+
+
+def test_one_group_equals_transformers_beam_search(tiny_lm):
+    params = BeamSearchParams(num_beams=4, num_groups=1, diversity_penalty=0.0, max_new_tokens=4, stop=())
+    ours = sorted(diverse_beam_search(tiny_lm, PROMPT, params), key=lambda c: -c.score)
+    ids = torch.as_tensor(tiny_lm._encode(PROMPT)).unsqueeze(0)
+    out = tiny_lm.model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=4, num_return_sequences=4,
+                                 max_new_tokens=4, do_sample=False, length_penalty=1.0, early_stopping=True,
+                                 output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    theirs = [tiny_lm.tokenizer.decode(s[ids.shape[1]:], skip_special_tokens=True) for s in out.sequences]
+    assert [c.text for c in ours] == theirs
+    np.testing.assert_allclose([c.score for c in ours], out.sequences_scores.numpy(), atol=1e-3)
+    # with one group there is no penalty: the ranking score is the model's own mean log-prob
+    for c in ours:
+        assert c.score == pytest.approx(c.logprob_mean, abs=1e-6)
+
+
+def test_diversity_penalty_pushes_groups_apart():
+    """A 3-token toy: without a penalty every group takes token 0 first; with one, later groups avoid it."""
+    lp = np.log(np.array([0.6, 0.3, 0.1]))
+
+    def step(paths, parents, tokens):
+        return np.repeat(lp[None], len(tokens), axis=0)
+
+    decode = lambda ids: "".join("abc"[i] for i in ids)  # noqa: E731
+    same = _search(lp, step, BeamSearchParams(num_beams=3, num_groups=3, diversity_penalty=0.0, max_new_tokens=1, stop=()), set(), decode)
+    apart = _search(lp, step, BeamSearchParams(num_beams=3, num_groups=3, diversity_penalty=2.0, max_new_tokens=1, stop=()), set(), decode)
+    assert [c.text for c in same] == ["a", "a", "a"]
+    assert [c.text for c in apart] == ["a", "b", "c"]
+    # group 1 saw 'a' penalised by 2.0 (log .6 - 2 < log .3); group 2 saw 'a' and 'b' penalised
+    assert apart[2].score == pytest.approx(np.log(0.1))
+    more = _search(lp, step, BeamSearchParams(num_beams=3, num_groups=3, diversity_penalty=0.5, max_new_tokens=1, stop=()), set(), decode)
+    assert [c.text for c in more] == ["a", "a", "b"]  # a penalty of 0.5 does not outweigh log .6 - log .3
+    assert more[1].logprob_sum == pytest.approx(np.log(0.6))  # p_say is the model's own, unpenalised
+    assert more[1].score == pytest.approx(np.log(0.6) - 0.5)
+
+
+def test_stop_string_ends_a_candidate_and_its_token_counts():
+    lp = np.log(np.array([0.5, 0.4, 0.1]))  # tokens: a, b, newline
+
+    def step(paths, parents, tokens):
+        return np.repeat(np.log(np.array([0.1, 0.1, 0.8]))[None], len(tokens), axis=0)
+
+    cands = _search(lp, step, BeamSearchParams(num_beams=2, num_groups=1, diversity_penalty=0.0, max_new_tokens=5, stop=("\n",)),
+                    set(), lambda ids: "".join("ab\n"[i] for i in ids))
+    assert sorted(c.text for c in cands) == ["a", "b"]
+    a = next(c for c in cands if c.text == "a")
+    assert a.num_tokens == 2 and a.finish_reason == "stop"
+    assert a.logprob_sum == pytest.approx(np.log(0.5) + np.log(0.8))
+
+
+def test_bad_params_and_backends_are_refused():
+    with pytest.raises(InvalidInputError):
+        BeamSearchParams(num_beams=5, num_groups=3)
+    with pytest.raises(InvalidInputError, match="beam_candidates"):
+        propose(object(), "x", BeamSearchParams())

@@ -1,0 +1,218 @@
+"""SayCanPay's Can/Pay models: examples (Sec. 6), losses, save/load by MLflow model URI, the batched
+grounding source, and (slow) the Ray Train pipeline end to end on a tiny encoder."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from groundplan.core.errors import InvalidInputError, MissingModelError
+from groundplan.grounding.saycanpay_config import CanPayModelConfig, TrainConfig, default_delta
+from groundplan.grounding.saycanpay_data import (
+    Trajectory,
+    can_examples,
+    discounted_returns,
+    format_input,
+    pay_examples,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A 1-layer random BERT with all-MiniLM-L6-v2's tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from groundplan.llm.loading import embedded_encoder_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(embedded_encoder_path("all-minilm-l6-v2"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=512)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def kitchen_data(tmp_path_factory):
+    from groundplan.pipelines.kitchen_trajectories import write_kitchen_trajectories
+
+    folder = tmp_path_factory.mktemp("data")
+    write_kitchen_trajectories(folder, seeds=[0], splits=("train",))
+    return str(folder)
+
+
+def _traj(i, actions, goal="g", obs="o", success=True):
+    return Trajectory(f"t{i}", "kitchen", "train", f"task{i}", goal, obs, tuple(actions), (True,) * len(actions),
+                      (0.0,) * (len(actions) - 1) + (1.0,), success)
+
+
+def test_input_format_follows_appendix_b():
+    assert format_input("pick up the box", "Room 1 has a key.", ["pick up key"], "toggle door") == \
+        "<Goal> pick up the box <Initial State> Room 1 has a key. <Step 1> pick up key <NXT> toggle door"
+
+
+def test_discounted_returns_and_deltas():
+    assert discounted_returns([0, 0, 1], 0.6) == pytest.approx([0.36, 0.6, 1.0])
+    assert default_delta("babyai") == 0.6 and default_delta("virtualhome") == 0.9 and default_delta("hanoi3") == 0.3
+
+
+def test_can_triples_and_pay_targets():
+    trajs = [_traj(0, ["a", "b", "done"], goal="g0"), _traj(1, ["x", "y", "done"], goal="g1")]
+    can = can_examples(trajs, seed=0)
+    assert len(can) == 6
+    first = can[0].texts
+    assert first[0].endswith("<NXT> a") and first[1].rsplit("<NXT> ", 1)[1] in {"b", "done"}
+    assert first[2].rsplit("<NXT> ", 1)[1] in {"x", "y", "done"}  # from the other trajectory
+    pay = pay_examples(trajs, 0.5, seed=0)
+    pos = [p for p in pay if p.target > 0]
+    assert [p.target for p in pos[:3]] == pytest.approx([0.25, 0.5, 1.0])
+    assert all(p.target == 0.0 for p in pay if p not in pos)
+    # a failed trajectory gives no Pay positives
+    failed = _traj(2, ["q", "done"], goal="g2", success=False)
+    assert not [p for p in pay_examples([failed, trajs[0]], 0.5) if "<Goal> g2" in p.text]
+
+
+def test_info_nce_is_cross_entropy_of_the_positive():
+    from groundplan.grounding.saycanpay import f1_score, info_nce_loss
+
+    logits = torch.tensor([[2.0, 0.0, -1.0]])
+    expected = -math.log(math.exp(2) / (math.exp(2) + 1 + math.exp(-1)))
+    assert float(info_nce_loss(logits)) == pytest.approx(expected, rel=1e-5)
+    assert float(info_nce_loss(logits, bce_weight=1.0)) > expected
+    assert f1_score([1, 0, 0, 1], [1, 1, 0, 0]) == pytest.approx(0.5)
+
+
+def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
+    """Save, register a version in a fresh SQLite registry, load it by 'models:/name/1' through the
+    registered source; batched and one-by-one scoring agree; the batch runs one forward pass."""
+    from groundplan.grounding import AFFORDANCES
+    from groundplan.grounding.saycanpay import CanPayModel
+    from groundplan.pipelines.train import _experiment, _register
+
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
+    mlflow.set_tracking_uri(uri)
+    _experiment("t", uri, tmp_path / "artifacts")
+    with mlflow.start_run() as run:
+        folder = model.save(tmp_path / "m")
+        mlflow.log_artifacts(str(folder), artifact_path="model")
+        _register("can-test", f"{run.info.artifact_uri}/model", run.info.run_id, uri)
+    assert run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())  # not ./mlruns
+    source = AFFORDANCES.get("saycanpay_learned")(can_model="models:/can-test/1", tracking_uri=uri, device="cpu")
+    items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can"), ([], "done")] * 4
+    before = source.can.forward_calls
+    batched = source.score_sequences("bring me a coke", "The robot is at the user.", items)
+    assert source.can.forward_calls - before == 1 and batched.forwards == 1
+    single = source.score_sequences("bring me a coke", "The robot is at the user.", items, one_by_one=True)
+    assert single.forwards == len(items)
+    np.testing.assert_allclose(batched.can, single.can, atol=1e-5)
+    np.testing.assert_allclose(batched.can, model.predict([format_input("bring me a coke", "The robot is at the user.", h, a)
+                                                           for h, a in items]), atol=1e-5)
+    assert np.all(batched.pay == 1.0)  # no Pay model: p_pay = 1
+    with pytest.raises(MissingModelError):
+        AFFORDANCES.get("saycanpay_learned")(can_model="models:/can-test/7", tracking_uri=uri)
+    with pytest.raises(InvalidInputError, match="pay_model is a 'can' model"):
+        AFFORDANCES.get("saycanpay_learned")(pay_model=str(folder), tracking_uri=uri)
+
+
+def test_long_inputs_keep_goal_and_candidate(tiny_encoder):
+    from groundplan.grounding.saycanpay import load_tokenizer, tokenize
+
+    tok = load_tokenizer(tiny_encoder)
+    text = format_input("GOALWORD", "obs", [f"step {i}" for i in range(200)], "LASTACTION")
+    ids, mask = tokenize(tok, [text, "short"], 40)
+    assert ids.shape == (2, 40) and int(mask[1].sum()) < 40
+    decoded = tok.decode(ids[0])
+    assert "goalword" in decoded and "lastaction" in decoded
+
+
+def test_train_config_is_validated():
+    with pytest.raises(Exception):
+        TrainConfig(name="x", model={"kind": "maybe"}, data=["a"])
+    with pytest.raises(Exception):
+        TrainConfig(name="x", model={"kind": "can"}, data=[], bogus=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["can", "pay"])
+def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp_path, kind):
+    """``run_train`` end to end: Ray Train (1 worker), MLflow metrics per epoch, registry, load by name."""
+    from mlflow.tracking import MlflowClient
+
+    from groundplan.grounding.saycanpay import load_model
+    from groundplan.pipelines.train import run_train
+
+    cfg = TrainConfig(name=f"{kind}-tiny", model={"kind": kind, "encoder": tiny_encoder, "max_length": 96},
+                      data=[kitchen_data], env="kitchen", epochs=2, batch_size=8, lr_head=1e-2, lr_encoder=1e-3,
+                      max_trajectories=16, output_dir=str(tmp_path / "out"))
+    result = run_train(cfg, progress=False)
+    assert result.model_uri == f"models:/{kind}-tiny/1"
+    metric = "val_f1" if kind == "can" else "val_mse"
+    history = MlflowClient(result.tracking_uri).get_metric_history(result.run_id, metric)
+    assert [m.step for m in history] == [1, 2]
+    model = load_model(result.model_uri, result.tracking_uri, device="cpu")
+    assert model.kind == kind
+    p = model.predict(["<Goal> g <Initial State> o <NXT> done"])
+    assert p.shape == (1,) and 0.0 <= p[0] <= 1.0
+    source = MlflowClient(result.tracking_uri, registry_uri=result.tracking_uri).get_model_version(f"{kind}-tiny", "1").source
+    assert source.startswith((tmp_path / "out").resolve().as_uri())  # artifacts under output_dir, not ./mlruns
+
+
+def test_affordance_server_batches_episodes_into_one_forward(tiny_encoder, tmp_path):
+    """Two episodes' k×m requests arriving together go through each model once (no Ray needed:
+    the server class is driven on an event loop directly)."""
+    import asyncio
+
+    from groundplan.actors.affordance_server import AffordanceServer
+    from groundplan.core.types import Task
+    from groundplan.grounding.saycanpay import CanPayModel, load_model
+
+    can = str(CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64)).save(tmp_path / "can"))
+    pay = str(CanPayModel(CanPayModelConfig(kind="pay", encoder=tiny_encoder, max_length=64)).save(tmp_path / "pay"))
+    server = AffordanceServer({"cp": {"source": "saycanpay_learned", "options": {"can_model": can, "pay_model": pay,
+                                                                                 "device": "cpu"}}}, batch_window_ms=50)
+    task = Task(task_id="t", instruction="g", family="f", goal=None)
+    items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can")]
+
+    async def go():
+        await server.reset("e1", "cp", task, 0)
+        await server.reset("e2", "cp", task, 0)
+        return await asyncio.gather(server.score_sequences("e1", "cp", "g1", "o1", items),
+                                    server.score_sequences("e2", "cp", "g2", "o2", items[:1]))
+
+    model = load_model(can, None, "cpu")
+    before = model.forward_calls
+    first, second = asyncio.run(go())
+    assert model.forward_calls - before == 1
+    assert first.can.shape == (2,) and second.can.shape == (1,) and first.pay.shape == (2,)
+    np.testing.assert_allclose(second.can, model.predict([format_input("g2", "o2", [], "find a coke can")]), atol=1e-5)
+
+
+def test_train_cli_refuses_a_missing_config_before_work(capsys):
+    from groundplan.cli import main
+
+    assert main(["train", "configs/no_such_train.yaml"]) == 2
+    assert "training config not found" in capsys.readouterr().out
+
+
+def test_shipped_train_configs_validate():
+    from groundplan.pipelines.train import load_train_config
+
+    can = load_train_config("configs/train_can_kitchen.yaml")
+    pay = load_train_config("configs/train_pay_kitchen.yaml", ["epochs=1"])
+    assert (can.model.kind, pay.model.kind, pay.epochs) == ("can", "pay", 1)
+    assert pay.resolved_delta == 0.6
+
+
+def test_wilson_interval_and_tables():
+    from groundplan.pipelines.saycanpay_tables import Row, wilson_interval
+
+    lo, hi = wilson_interval(7, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.397, 0.892)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert Row("GA-SCP", 10, 7, 5, 4.0, 0).cell(7) == "70% [40, 89]"
