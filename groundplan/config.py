@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -268,19 +268,29 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
-    """Read and validate a YAML config; errors name the file and the bad field."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_yaml_model(cls: type[M], path: str | Path, overrides: list[str] | None = None, what: str = "config") -> M:
+    """Read a YAML file, apply ``key.path=value`` overrides and validate it as ``cls``; every error (missing
+    file, bad YAML, not a mapping, a bad field) names the file and, for a field, its path. Eval, serve,
+    collect and train configs all load this way."""
     path = Path(path)
     if not path.exists():
-        raise InvalidInputError(f"config file not found: {path}")
+        raise InvalidInputError(f"{what} file not found: {path}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise InvalidInputError(f"config {path} is not valid YAML: {e}") from e
+        raise InvalidInputError(f"{what} {path} is not valid YAML: {e}") from e
     if not isinstance(data, dict):
-        raise InvalidInputError(f"config {path} must be a mapping at the top level")
+        raise InvalidInputError(f"{what} {path} must be a mapping at the top level")
     data = apply_overrides(data, overrides or [])
     try:
-        return EvalConfig.model_validate(data)
+        return cls.model_validate(data)
     except ValidationError as e:
-        raise InvalidInputError(f"invalid config {path}: {describe_errors(e)}") from None
+        raise InvalidInputError(f"invalid {what} {path}: {describe_errors(e)}") from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
+    """Read and validate an eval config; errors name the file and the bad field."""
+    return load_yaml_model(EvalConfig, path, overrides)

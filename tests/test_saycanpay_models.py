@@ -197,7 +197,7 @@ def test_train_cli_refuses_a_missing_config_before_work(capsys):
     from groundplan.cli import main
 
     assert main(["train", "configs/no_such_train.yaml"]) == 2
-    assert "training config not found" in capsys.readouterr().out
+    assert "training config file not found" in capsys.readouterr().out
 
 
 def test_shipped_train_configs_validate():

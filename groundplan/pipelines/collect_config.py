@@ -12,14 +12,11 @@ Example (``configs/collect_babyai.yaml``)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from groundplan.config import EnvSpec, LLMSpec, PlannerSpec, apply_overrides
-from groundplan.core.errors import InvalidInputError
-from groundplan.core.validation import describe_errors
+from groundplan.config import EnvSpec, LLMSpec, PlannerSpec
 
 Split = Literal["train", "test", "test-generalize"]
 
@@ -73,12 +70,6 @@ class CollectConfig(BaseModel):
 
 def load_collect_config(path: str | Path, overrides: list[str] | None = None) -> CollectConfig:
     """Read a YAML collect config, apply ``key=value`` overrides, validate (errors name the field)."""
-    p = Path(path)
-    if not p.exists():
-        raise InvalidInputError(f"collect config {p} does not exist")
-    data: dict[str, Any] = yaml.safe_load(p.read_text()) or {}
-    data = apply_overrides(data, overrides or [])
-    try:
-        return CollectConfig.model_validate(data)
-    except ValidationError as e:
-        raise InvalidInputError(f"invalid collect config {p}: {describe_errors(e)}") from None
+    from groundplan.config import load_yaml_model
+
+    return load_yaml_model(CollectConfig, path, overrides, "collect config")

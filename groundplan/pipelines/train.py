@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.grounding.saycanpay_config import TrainConfig
@@ -49,23 +47,9 @@ class TrainResult:
 
 def load_train_config(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     """Read and validate a training YAML; ``key.path=value`` overrides are applied first."""
-    from groundplan.config import apply_overrides
-    from groundplan.core.validation import describe_errors
+    from groundplan.config import load_yaml_model
 
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"training config not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise InvalidInputError(f"training config {path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"training config {path} must be a mapping")
-    data = apply_overrides(data, overrides or [])
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as e:
-        raise InvalidInputError(f"invalid training config {path}: {describe_errors(e)}") from None
+    return load_yaml_model(TrainConfig, path, overrides, "training config")
 
 
 def tracking_uri_for(cfg: TrainConfig) -> str:

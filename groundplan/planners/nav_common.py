@@ -10,27 +10,17 @@ of targets it believes found.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Generator
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Decision, Observation, StepResult, Task
+from groundplan.envs.house.env import parse_targets
 from groundplan.perception.scene_graph import DoorNode, SceneGraph
 from groundplan.planners.base import Planner
 
 Program = Generator[Decision, Observation, None]
 
 
-def parse_targets(instruction: str) -> list[str]:
-    """Target categories from "Find a X, a Y and a Z." (the instruction is all a planner is told)."""
-    m = re.match(r"\s*find\s+(.*?)\.?\s*$", instruction, re.I)
-    if not m:
-        raise InvalidInputError(f"not a MultiON instruction (expected 'Find a X, a Y and a Z.'): {instruction!r}")
-    parts = re.split(r",\s*(?:and\s+)?|\s+and\s+", m.group(1))
-    out = [re.sub(r"^(?:an?|the)\s+", "", p.strip(), flags=re.I) for p in parts if p.strip()]
-    if not out:
-        raise InvalidInputError(f"no targets in instruction {instruction!r}")
-    return out
 
 
 def navigate_skill(x: float, z: float) -> str:

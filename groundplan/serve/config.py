@@ -10,19 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from groundplan.config import EnvSpec, LLMSpec, PlannerSpec
-from groundplan.core.errors import InvalidInputError
-from groundplan.core.validation import describe_errors
 
 
 class _Strict(BaseModel):
@@ -157,19 +153,6 @@ class ServeConfig(_Strict):
 
 def load_serve_config(path: str | Path, overrides: list[str] | None = None) -> ServeConfig:
     """Read and validate a serve YAML; errors name the file and the bad field."""
-    from groundplan.config import apply_overrides
+    from groundplan.config import load_yaml_model
 
-    path = Path(path)
-    if not path.exists():
-        raise InvalidInputError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise InvalidInputError(f"config {path} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"config {path} must be a mapping at the top level")
-    data = apply_overrides(data, overrides or [])
-    try:
-        return ServeConfig.model_validate(data)
-    except ValidationError as e:
-        raise InvalidInputError(f"invalid config {path}: {describe_errors(e)}") from None
+    return load_yaml_model(ServeConfig, path, overrides, "serve config")
