@@ -63,10 +63,16 @@ def _send(method: str, url: str, retries: int = RETRIES, **kw) -> tuple[requests
 
 
 def _replicas(deployment: str) -> list:
-    from ray.util.state import list_actors
+    """The live replica actors of ``deployment`` (from the GCS actor table: the state API needs the
+    dashboard, which these tests do not start)."""
+    from types import SimpleNamespace
 
-    return [a for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
-            if a.class_name.startswith("ServeReplica:") and a.class_name.endswith(f":{deployment}")]
+    from ray._private import state
+
+    return [SimpleNamespace(name=info.get("Name", ""), class_name=info.get("ActorClassName", ""))
+            for info in state.actors().values()
+            if info.get("State") == "ALIVE" and info.get("ActorClassName", "").startswith("ServeReplica:")
+            and info.get("ActorClassName", "").endswith(f":{deployment}")]
 
 
 def test_endpoints(base):
