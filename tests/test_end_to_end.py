@@ -26,6 +26,9 @@ def test_saycan_episode_with_the_embedded_model(lm):
     best = max(first.candidates, key=lambda c: c.combined)
     assert best.skill == first.chosen
     for c in first.candidates:
+        if c.extra.get("pruned"):  # exact pruning: even with log p_LLM = 0 it could not have won
+            assert c.llm is None and (c.affordance == 0 or math.log(c.affordance) < best.combined)
+            continue
         expected = c.llm + (math.log(c.affordance) if c.affordance > 0 else -math.inf)
         assert c.combined == pytest.approx(expected)
     # an affordance of zero is never executed: the planner only chose feasible-looking skills
