@@ -168,6 +168,6 @@ def test_local_ray_gets_enough_logical_cpus_for_the_requested_actors(monkeypatch
 
 
 def test_unplaceable_workers_fail_clearly_instead_of_hanging(tmp_path, ray_local):
-    cfg = _cfg(tmp_path, runtime={"workers": 1, "worker_cpus": 64, "start_timeout_s": 3})
+    cfg = _cfg(tmp_path, runtime={"workers": 1, "worker_cpus": 64, "start_timeout_s": 20})
     with pytest.raises(InvalidInputError, match="episode runners did not start within .* cannot place them"):
         run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)
