@@ -66,7 +66,8 @@ def main() -> None:
         plan_s = sum(s.timings.get("plan_s", 0.0) for s in steps)
         scored = lm.stats.options_scored - before
         hit = model.memo.stats()["memo_hit_rate"] if memo else 0.0
-        decisions = {t.episode_id: [s.chosen for s in t.steps] for t in result.traces}
+        # keyed by what the episode is, not its id: the id hashes the planner options, prune included
+        decisions = {(t.planner, t.task_id, t.seed): [s.chosen for s in t.steps] for t in result.traces}
         step_ms = 1e3 * plan_s / len(steps)
         per = {p: statistics.fmean([s.timings["plan_s"] for t in result.traces if t.planner == p for s in t.steps]) * 1e3
                for p in ("SayCan", "No-VF")}

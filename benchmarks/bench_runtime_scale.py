@@ -22,12 +22,20 @@ of the sweep's requests, so start-up and the tail where fewer episodes remain ar
 efficiency = measured / ideal; overhead per step = W / measured - W / ideal (what a step pays beyond
 the model: RPCs, sim, planner, queueing on this CPU); mean batch from the scorer's stats.
 
+A sim worker is one kitchen env playing one episode at a time. ``--envs-per-worker K`` (default 8) hosts
+K of them in one runner process (``runtime.envs_per_worker``, RLlib's ``num_envs_per_env_runner``), so
+64 workers are 8 processes. ``--compare-processes`` also runs the largest point with one process per
+worker, in the same run: on this 2-core machine 64 processes and their Ray core workers compete for the
+CPU that the sims and RPCs need, which is what kept efficiency at 64 workers low before.
+
 ``--compare-window`` also runs 1 and 64 workers with the batcher's fixed window (before this issue:
 a batch waits ``batch_window_ms`` for more requests unless full) in the same run.
 
-    python benchmarks/bench_runtime_scale.py [--workers 1 8 32 64] [--replicas 1 2] [--compare-window]
+    python benchmarks/bench_runtime_scale.py [--workers 1 8 32 64] [--replicas 1 2] [--envs-per-worker 8]
+                                             [--compare-processes] [--compare-window]
 
 Last line: ``result: efficiency=<x at 64 workers, 1 replica> overhead_ms=<same point> mean_batch=<same point>``
+(plus ``efficiency_1env_per_process=<x>`` with ``--compare-processes``)
 """
 from __future__ import annotations
 
@@ -75,6 +83,8 @@ def main() -> None:
     ap.add_argument("--max-model-batch", type=int, default=32)
     ap.add_argument("--episodes-per-worker", type=int, default=4)
     ap.add_argument("--max-steps", type=int, default=6)
+    ap.add_argument("--envs-per-worker", type=int, default=8)
+    ap.add_argument("--compare-processes", action="store_true")
     ap.add_argument("--compare-window", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -89,24 +99,26 @@ def main() -> None:
     from groundplan.pipelines.sweep import run_sweep
 
     out = Path(tempfile.mkdtemp(prefix="bench_scale_"))
-    need = max(args.workers) * 0.5 + max(args.replicas) + 2
+    need = max(args.workers) * 0.5 + max(args.replicas) + 2  # room for the one-process-per-worker layout
     ray.init(num_cpus=math.ceil(need), include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     log.info("latency model: %.1f ms + %.1f ms/request per forward, max batch %d; %d CPUs on this machine (shared)",
              args.fixed_ms, args.per_request_ms, args.max_model_batch, os.cpu_count())
     real_make = scorer_mod.make_scorer_actor
 
-    def point(workers: int, replicas: int, adaptive: bool = True) -> dict:
+    def point(workers: int, replicas: int, adaptive: bool = True, envs: int | None = None) -> dict:
+        envs = min(workers, args.envs_per_worker if envs is None else envs)
+        processes = math.ceil(workers / envs)
         target = max(16, args.episodes_per_worker * workers)
         seeds = math.ceil(target / 84)
         per_family = min(12, math.ceil(target / seeds / 7))
-        tag = f"w{workers}r{replicas}{'' if adaptive else 'fixed'}"
+        tag = f"w{workers}r{replicas}e{envs}{'' if adaptive else 'fixed'}"
         cfg = EvalConfig.model_validate({
             "name": tag, "output_dir": str(out),
             "planners": [{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "options": {"prune": False}}],
             "tasks": {"per_family": per_family}, "seeds": list(range(seeds)), "max_steps": args.max_steps,
-            "runtime": {"workers": workers, "scorers": replicas, "worker_cpus": 0.5, "max_batch": args.max_model_batch,
-                        "mlflow": False},
+            "runtime": {"workers": processes, "envs_per_worker": envs, "in_flight": workers, "scorers": replicas,
+                        "worker_cpus": 0.5, "max_batch": args.max_model_batch, "mlflow": False},
         })
         log_path = out / f"{tag}.log"
         factory = functools.partial(LatencyLM, args.fixed_ms, args.per_request_ms, args.max_model_batch, str(log_path))
@@ -120,23 +132,30 @@ def main() -> None:
         rate = steady_rate(log_path)
         ideal = ideal_steps_per_s(workers, replicas, args.fixed_ms / 1e3, args.per_request_ms / 1e3, args.max_model_batch)
         sc = result.stats["scorer"]
-        row = {"workers": workers, "replicas": replicas, "adaptive": adaptive, "episodes": len(result.traces),
+        row = {"workers": workers, "processes": processes, "replicas": replicas, "adaptive": adaptive,
+               "episodes": len(result.traces),
                "steps": steps, "errors": len(errors), "steps_per_s": rate, "ideal": ideal, "efficiency": rate / ideal,
                "overhead_ms": 1e3 * (workers / rate - workers / ideal), "mean_batch": sc["mean_batch_size"],
                "wall_s": result.stats["wall_s"]}
-        log.info("%3d workers %d replica(s) %-8s %4d episodes %5d steps: %7.1f steps/s (ideal %7.1f) efficiency %.2f, "
-                 "overhead %6.1f ms/step, mean batch %5.2f, loop wall %.1f s%s", workers, replicas,
+        log.info("%3d workers in %2d processes, %d replica(s) %-8s %4d episodes %5d steps: %7.1f steps/s (ideal %7.1f) "
+                 "efficiency %.2f, overhead %6.1f ms/step, mean batch %5.2f, loop wall %.1f s%s", workers, processes, replicas,
                  "adaptive" if adaptive else "window", len(result.traces), steps, rate, ideal, row["efficiency"],
                  row["overhead_ms"], row["mean_batch"], row["wall_s"], f", {len(errors)} errors" if errors else "")
         return row
 
     rows = [point(w, r) for r in args.replicas for w in args.workers]
+    top, one = max(args.workers), min(args.replicas)
+    head = next(r for r in rows if r["workers"] == top and r["replicas"] == one)
+    extra = ""
+    if args.compare_processes and args.envs_per_worker > 1:
+        flat = point(top, one, envs=1)
+        extra = f" efficiency_1env_per_process={flat['efficiency']:.2f}"
     if args.compare_window:
-        rows += [point(w, 1, adaptive=False) for w in (1, max(args.workers))]
+        rows += [point(w, 1, adaptive=False) for w in (1, top)]
     ray.shutdown()
-    head = next(r for r in rows if r["workers"] == max(args.workers) and r["replicas"] == min(args.replicas) and r["adaptive"])
-    log.info("(timings on a 2-core machine shared with other sessions: noisy)")
-    print(f"result: efficiency={head['efficiency']:.2f} overhead_ms={head['overhead_ms']:.1f} mean_batch={head['mean_batch']:.2f}")
+    log.info("(timings on a 2-core machine: noisy)")
+    print(f"result: efficiency={head['efficiency']:.2f} overhead_ms={head['overhead_ms']:.1f} "
+          f"mean_batch={head['mean_batch']:.2f}{extra}")
 
 
 if __name__ == "__main__":

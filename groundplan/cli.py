@@ -6,7 +6,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -81,7 +81,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 #: ``groundplan eval`` flags that override ``runtime`` fields of the config (flag dest -> field)
-RUNTIME_FLAGS = {"address": "address", "workers": "workers", "in_flight": "in_flight", "scorers": "scorers",
+RUNTIME_FLAGS = {"address": "address", "workers": "workers", "envs_per_worker": "envs_per_worker",
+                 "in_flight": "in_flight", "scorers": "scorers",
                  "scorer_gpus": "scorer_gpus", "scorer_threads": "scorer_threads",
                  "batch_window_ms": "batch_window_ms", "max_batch": "max_batch"}
 
@@ -114,6 +115,18 @@ def runtime_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def keep_planners(cfg: Any, labels: str) -> Any:
+    """The config with only the planners whose labels are listed (comma-separated), in the config's order;
+    an unknown label is refused with the config's labels."""
+    from groundplan.core.errors import InvalidInputError
+
+    wanted = [x.strip() for x in labels.split(",") if x.strip()]
+    known = [p.display for p in cfg.planners]
+    if unknown := [x for x in wanted if x not in known]:
+        raise InvalidInputError(f"--planners names {unknown} not in this config; its planners: {', '.join(known)}")
+    return cfg.model_copy(update={"planners": [p for p in cfg.planners if p.display in wanted]})
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.config import load_config
     from groundplan.pipelines.summary import render_table
@@ -125,6 +138,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.output:
         overrides.append(f"output_dir={args.output}")
     cfg = load_config(args.config, overrides + runtime_overrides(args))
+    if args.planners:
+        cfg = keep_planners(cfg, args.planners)
     result = run_sweep(cfg, progress=not args.no_progress, resume=not args.fresh)
     from groundplan.envs import ENVS
     from groundplan.pipelines.summary import print_table, render_metric_table
@@ -271,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="run an evaluation config and print the per-family table")
     e.add_argument("config")
     e.add_argument("--full", action="store_true", help="the full task set instead of the config's selection")
+    e.add_argument("--planners", default=None, metavar="LABEL,LABEL",
+                   help="run only these planners of the config (their labels, comma-separated)")
     e.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. seeds=[0,1]")
     e.add_argument("--output", default=None, help="output directory (default: the config's output_dir)")
     e.add_argument("--fresh", action="store_true", help="ignore traces from an earlier run of this config")
@@ -280,7 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run in this process without Ray (default: Ray actors, a local Ray unless --address)")
     g.add_argument("--address", default=None, help="join this Ray cluster ('auto', ray://host:10001); default: RAY_ADDRESS")
     g.add_argument("--workers", type=int, default=None, help="episode-runner actors (default 4)")
-    g.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: --workers)")
+    g.add_argument("--envs-per-worker", type=int, default=None,
+                   help="envs per episode-runner actor, each playing an episode in a thread (default 1)")
+    g.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: workers x envs per worker)")
     g.add_argument("--scorers", type=int, default=None, help="LLM scorer replicas (default 1)")
     g.add_argument("--scorer-gpus", type=float, default=None, help="GPUs per scorer replica (default 0)")
     g.add_argument("--scorer-threads", type=int, default=None,

@@ -151,8 +151,11 @@ class RuntimeSpec(_Strict):
                                               "scorer; 'local': one episode runner in this process")
     address: str | None = Field(None, description="Ray cluster to join ('auto', ray://host:10001); default: "
                                 "RAY_ADDRESS, else a local Ray")
-    workers: int = Field(4, ge=1, description="episode-runner actors (each owns one env)")
-    in_flight: int | None = Field(None, ge=1, description="episodes in flight (default: workers)")
+    workers: int = Field(4, ge=1, description="episode-runner actors (processes)")
+    envs_per_worker: int = Field(1, ge=1, le=256, description="envs each episode-runner actor owns, each playing its "
+                                 "own episode in a thread (RLlib's num_envs_per_env_runner): many cheap sims share a "
+                                 "process, its Ray core worker and its memory")
+    in_flight: int | None = Field(None, ge=1, description="episodes in flight (default: workers x envs_per_worker)")
     scorers: int = Field(1, ge=1, description="LLM scorer replicas")
     scorer_gpus: float = Field(0.0, ge=0, description="GPUs per scorer replica")
     scorer_cpus: float = Field(1.0, ge=0, description="CPUs reserved per scorer replica")

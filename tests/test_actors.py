@@ -115,6 +115,32 @@ def test_runner_actor_plays_episodes_like_the_in_process_runner(ray_local):
     ray.kill(scorer)
 
 
+def test_runner_actor_with_several_envs_plays_episodes_at_once(ray_local):
+    """envs_per_worker: one actor, three envs, three episodes in flight at once, each the in-process trace."""
+    from groundplan.actors.episode_runner import make_runner_actor
+    from groundplan.actors.scorer import make_scorer_actor
+    from groundplan.config import EnvSpec
+    from groundplan.rollout.runner import EpisodeRunner, EpisodeSpec
+
+    scorer = make_scorer_actor(lm_factory=LM_FACTORY, num_cpus=0)
+    actor = make_runner_actor(EnvSpec(), [scorer], "fake", 8, "h", num_cpus=0, envs=3)
+    local = EpisodeRunner(EnvSpec(), LM_FACTORY(), 8, llm_name="fake", config_hash="h")
+    spec = PlannerSpec(name="saycan", affordance="kitchen_value")
+    episodes = [EpisodeSpec(spec, task, 1, f"e-{task.task_id}") for task in ENVS.get("kitchen")().tasks()[:6]]
+    remote = ray.get([actor.run.remote(e) for e in episodes])  # submitted together: up to 3 run concurrently
+    for episode, result in zip(episodes, remote):
+        a, b = result.trace.to_dict(), local.run(episode).trace.to_dict()
+        for t in (a, b):
+            t["wall_s"] = 0
+            for step in t["steps"]:
+                step["timings"] = {}
+        assert a == b
+    info = ray.get(actor.info.remote())
+    assert info["envs"] == 3 and info["episodes"] == 6
+    ray.kill(actor)
+    ray.kill(scorer)
+
+
 def test_affordance_server_matches_local_source(ray_local):
     from groundplan.actors.affordance_server import (
         RemoteAffordance,

@@ -130,3 +130,13 @@ def test_runtime_is_not_part_of_the_config_hash():
     base = load_config(KITCHEN)
     assert load_config(KITCHEN, ["runtime.workers=8", "runtime.executor=local"]).hash() == base.hash()
     assert load_config(KITCHEN, ["max_steps=7"]).hash() != base.hash()
+
+
+def test_eval_planners_flag_keeps_the_named_planners_and_refuses_unknown_ones():
+    from groundplan.cli import keep_planners
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "inner_monologue_tabletop.yaml")
+    kept = keep_planners(cfg, "+Scene, Open loop")
+    assert [p.display for p in kept.planners] == ["Open loop", "+Scene"]  # the config's order
+    with pytest.raises(InvalidInputError, match="'GPT-9'.*Open loop, \\+Success"):
+        keep_planners(cfg, "Open loop,GPT-9")

@@ -30,6 +30,10 @@ def _local(cfg: EvalConfig, output_dir) -> EvalConfig:
     return with_runtime(cfg.model_copy(update={"output_dir": str(output_dir)}), executor="local")
 
 
+def _episode_id(d: dict) -> str:
+    return d["episode_id"]
+
+
 def _comparable(trace) -> dict:
     d = trace.to_dict()
     d["wall_s"] = 0
@@ -53,10 +57,14 @@ def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     assert result.stats["scorer"]["requests"] > 0 and result.stats["episode_reruns"] == 0
     assert ray.is_initialized()  # a Ray it did not start is left running
 
-    # resume: an extra seed runs only the new episodes; nothing is duplicated
-    more = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2], runtime={"workers": 2}), lm_factory=LM_FACTORY,
-                     progress=False)
+    # resume: an extra seed runs only the new episodes, here on one actor with three envs; nothing is duplicated
+    more = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2], runtime={"workers": 1, "envs_per_worker": 3}),
+                     lm_factory=LM_FACTORY, progress=False)
     assert more.skipped == n and more.stats["episodes_run"] == 8 and len(more.traces) == 24
+    assert more.stats["num_workers"] == 1 and more.stats["max_in_flight"] == 3
+    seed2 = run_sweep(_local(_cfg(tmp_path / "seq2", seeds=[2]), tmp_path / "seq2"), lm=LM_FACTORY(), progress=False)
+    assert sorted((_comparable(t) for t in more.traces if t.seed == 2), key=_episode_id) == \
+        sorted(map(_comparable, seed2.traces), key=_episode_id)
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == 24
     again = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), lm_factory=LM_FACTORY, progress=False)

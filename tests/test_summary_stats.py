@@ -182,3 +182,23 @@ def test_eval_command_prints_intervals_when_redirected(monkeypatch, capsys, tmp_
     out = capsys.readouterr().out
     assert "…" not in out and "+Object+Scene (oracle sub-goals)" in out
     assert "[95% Wilson interval]" in out and "33% [6–79]" in out
+
+
+# ------------------------------------------------------------------------------------ declared measures
+def test_partial_measures_average_over_the_episodes_that_define_them():
+    """Kendall tau exists for successful SayNav episodes only (Sec. 4.2): its mean is over those, not
+    diluted by zeros for the failures; SR is declared a proportion, so it gets a Wilson interval."""
+    import groundplan.envs.house.env  # noqa: F401  (registers the house measures)
+
+    def trace(i: int, success: bool) -> EpisodeTrace:
+        metrics = {"sr": float(success), "spl": 0.5 * success}
+        if success:
+            metrics["kendall_tau"] = 1.0 if i % 2 else 0.0
+        return EpisodeTrace(episode_id=f"e{i}", planner="SayNav", env="house", task_id=f"t{i}", family="multion",
+                            instruction="find", seed=0, llm="m", execution_success=success, metrics=metrics)
+
+    traces = [trace(i, success=i < 4) for i in range(10)]  # 4 successes: taus 0, 1, 0, 1
+    row = next(r for r in summarize(traces) if r.family == ALL)
+    assert row.metrics["kendall_tau"] == pytest.approx(0.5)
+    assert row.metrics["spl"] == pytest.approx(0.2)
+    assert row.metric_cis["sr"][:2] == [4, 10] and "spl" not in row.metric_cis

@@ -5,7 +5,8 @@ the driver's thread, so the sweep driver alone writes traces (one record per epi
 in where the :class:`~groundplan.rollout.runner.EpisodeRunner` lives:
 
 - :class:`LocalExecutor`: one runner in this process (``--local``, tests, debugging);
-- :class:`RayExecutor`: ``runtime.workers`` runner actors, each owning an env, and ``runtime.scorers``
+- :class:`RayExecutor`: ``runtime.workers`` runner actors, each owning ``runtime.envs_per_worker`` envs
+  (one episode per env at a time), and ``runtime.scorers``
   LLM scorer actors that batch the score requests of every episode in flight. A runner that dies
   mid-episode is restarted (or replaced) and the episode rerun from reset, at most
   ``runtime.max_episode_retries`` times, after which it is recorded as failed with the error; a scorer
@@ -80,12 +81,14 @@ class RayExecutor:
         from groundplan.actors.scorer import make_scorer_actor
 
         rt, cfg = self.rt, self.cfg
-        in_flight = max(1, min(rt.in_flight or rt.workers, len(specs)))
-        n_workers = min(rt.workers, in_flight)
+        envs = rt.envs_per_worker
+        in_flight = max(1, min(rt.in_flight or rt.workers * envs, len(specs)))
+        n_workers = min(rt.workers, -(-in_flight // envs))
         started = connect(rt.address, cpus_needed=rt.scorers * rt.scorer_cpus + n_workers * rt.worker_cpus
                           + 0.5 * rt.remote_affordance)
         actors: list[Any] = []
-        stats: dict[str, Any] = {"num_workers": n_workers, "max_in_flight": in_flight, "num_scorers": rt.scorers,
+        stats: dict[str, Any] = {"num_workers": n_workers, "envs_per_worker": envs, "max_in_flight": in_flight,
+                                 "num_scorers": rt.scorers,
                                  "episode_reruns": 0, "failed_after_retries": 0}
         try:
             scorers = [make_scorer_actor(num_gpus=rt.scorer_gpus, num_cpus=rt.scorer_cpus,
@@ -108,7 +111,7 @@ class RayExecutor:
                 actor = make_runner_actor(cfg.env, scorers, lm_name, cfg.max_steps, cfg.hash(), worker_id=next(ids),
                                           num_cpus=rt.worker_cpus, resources=rt.worker_resources or None,
                                           call_timeout_s=rt.call_timeout_s, affordance_server=aff,
-                                          trace_llm=cfg.llm.model)
+                                          trace_llm=cfg.llm.model, envs=envs)
                 actors.append(actor)
                 return actor
 
@@ -135,23 +138,30 @@ class RayExecutor:
         import ray
 
         pool: asyncio.Queue[Any] = asyncio.Queue()
-        for r in runners:
-            pool.put_nowait(r)
+        for _ in range(self.rt.envs_per_worker):  # one slot per env: a runner plays that many episodes at once
+            for r in runners:
+                pool.put_nowait(r)
         queue = list(reversed(specs))
         retries = self.rt.max_episode_retries
+        replaced: dict[int, Any] = {}  # a dead runner's slots all move to the one runner that replaced it
 
         async def heal(runner: Any) -> Any:
             """The runner if Ray restarted it, else a fresh one."""
+            if id(runner) in replaced:
+                return replaced[id(runner)]
             try:
                 await asyncio.wait_for(runner.info.remote(), timeout=60)
                 return runner
             except Exception as exc:
+                if id(runner) in replaced:  # another slot of this runner replaced it meanwhile
+                    return replaced[id(runner)]
                 log.warning("episode runner is gone (%s); starting a new one", type(exc).__name__)
                 try:
                     ray.kill(runner, no_restart=True)
                 except Exception:
                     pass
                 fresh = new_runner()
+                replaced[id(runner)] = fresh
                 ctx["runners"] = [r for r in ctx["runners"] if r is not runner] + [fresh]
                 return fresh
 

@@ -16,15 +16,20 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.measures import measure_info
 from groundplan.core.stats import mcnemar_exact, wilson_interval
 from groundplan.rollout.traces import EpisodeTrace
 
 ALL = "all"
 #: a row's own rates, which metric names may also refer to
 ROW_RATES = ("execution_success", "plan_success", "mean_steps")
-#: env measures that are a 0/1 outcome per episode, so their mean is a proportion with a Wilson interval
-#: (the others, e.g. LCS or step counts, are means of non-binary values and get none)
-PROPORTION_MEASURES = frozenset({"execution_success", "plan_success", "executability", "goal_success"})
+
+
+def is_proportion(name: str) -> bool:
+    """A measure declared 0/1 per episode (``Measure.proportion``), so its mean is a proportion with a Wilson
+    interval; the others, e.g. LCS or step counts, are means of non-binary values and get none."""
+    info = measure_info(name)
+    return info is not None and info.proportion
 
 
 @dataclass
@@ -47,7 +52,7 @@ class SummaryRow:
     plan_episodes: int = 0
     plan_successes: int | None = None
     plan_ci: tuple[float, float] | None = None
-    #: for env measures that are 0/1 per episode (:data:`PROPORTION_MEASURES`): [successes, n, lo, hi]
+    #: for env measures that are 0/1 per episode (:func:`is_proportion`): [successes, n, lo, hi]
     metric_cis: dict[str, list[float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -80,9 +85,16 @@ def _row(planner: str, env: str, family: str, traces: list[EpisodeTrace]) -> Sum
     executed = sum(bool(t.execution_success) for t in traces)
     names = sorted({k for t in traces for k in t.metrics})
     metric_cis: dict[str, list[float]] = {}
+    means: dict[str, float] = {}
     for k in names:
+        info = measure_info(k)
+        if info is not None and info.partial:  # e.g. Kendall tau: over the episodes that define it
+            present = [float(t.metrics[k]) for t in traces if k in t.metrics]
+            means[k] = sum(present) / len(present)
+            continue
         values = [float(t.metrics.get(k, 0.0)) for t in traces]
-        if k in PROPORTION_MEASURES and _is_binary(values):
+        means[k] = sum(values) / n
+        if info is not None and info.proportion and _is_binary(values):
             hits = int(sum(values))
             metric_cis[k] = [hits, n, *wilson_interval(hits, n)]
     return SummaryRow(
@@ -94,7 +106,7 @@ def _row(planner: str, env: str, family: str, traces: list[EpisodeTrace]) -> Sum
         execution_success=executed / n,
         mean_steps=sum(len(t.plan) for t in traces) / n,
         errors=sum(t.error is not None for t in traces),
-        metrics={k: sum(t.metrics.get(k, 0.0) for t in traces) / n for k in names},
+        metrics=means,
         execution_successes=executed,
         execution_ci=wilson_interval(executed, n),
         plan_episodes=len(plan),
@@ -185,8 +197,8 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
             if not keys:
                 continue
             measures = ["execution_success", "plan_success",
-                        *sorted(m for m in PROPORTION_MEASURES - set(ROW_RATES)
-                                if any(m in planners[a][k].metrics for k in keys))]
+                        *sorted({m for k in keys for m in planners[a][k].metrics
+                                 if m not in ROW_RATES and is_proportion(m)})]
             for m in measures:
                 pairs = [(_outcome(planners[a][k], m), _outcome(planners[b][k], m)) for k in keys]
                 pairs = [(x, y) for x, y in pairs if x is not None and y is not None]

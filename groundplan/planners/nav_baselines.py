@@ -43,21 +43,12 @@ class ExplorePlanner(GeneratorPlanner):
     def program(self) -> Program:
         visited: set[int] = set()
         while True:
-            if not self.unfound:
-                yield self.done("all targets found")
+            stop, room = yield from self.arrive()
+            if stop:
                 return
-            if self.out_of_steps:
-                yield self.done("simulator step limit")
-                return
-            yield self.act("look around", why="look around on arrival")
-            rid = self.room
-            if rid is not None and self.unfound:
-                room = self.graph.rooms[rid]
-                if room.entries > self.room_visit_limit:
-                    yield self.done(f"room {rid} entered more than {self.room_visit_limit} times")
-                    return
+            if room is not None:
                 while self.config.visit == "landmarks" and room.status != "searched" and self.unfound:
-                    todo = [o for o in self.graph.large_in(rid) if o.node_id not in visited]
+                    todo = [o for o in self.graph.large_in(room.room_id) if o.node_id not in visited]
                     if not todo:
                         break
                     x, z = self.pose

@@ -15,12 +15,12 @@ from typing import Any, Generator
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.envs.house.env import parse_targets
-from groundplan.perception.scene_graph import DoorNode, SceneGraph
+from groundplan.perception.scene_graph import DoorNode, RoomNode, SceneGraph
 from groundplan.planners.base import Planner
 
 Program = Generator[Decision, Observation, None]
-
-
+#: what :meth:`GeneratorPlanner.arrive` returns: stop the episode, and the room to search (if any)
+Arrival = Generator[Decision, Observation, tuple[bool, "RoomNode | None"]]
 
 
 def navigate_skill(x: float, z: float) -> str:
@@ -150,6 +150,28 @@ class GeneratorPlanner(Planner):
             door.failed += 1
             if door.failed >= 2:
                 door.crossed = True
+
+    def arrive(self) -> Arrival:
+        """The head of every pass of a house planner's loop (SayNav Alg. 1): stop when every target is
+        found, the simulator's step limit is reached or the room was entered too often; otherwise look
+        around (6 x 60 deg) and return the room the agent is in, when a target is still unfound.
+
+        Use as ``stop, room = yield from self.arrive()``; on ``stop`` the "done" decision was yielded.
+        """
+        if not self.unfound:
+            yield self.done("all targets found")
+            return True, None
+        if self.out_of_steps:
+            yield self.done("simulator step limit")
+            return True, None
+        yield self.act("look around", why="look around on arrival")
+        if self.room is None or not self.unfound:
+            return False, None
+        room = self.graph.rooms[self.room]
+        if room.entries > self.room_visit_limit:
+            yield self.done(f"room {room.label} entered more than {self.room_visit_limit} times")
+            return True, None
+        return False, room
 
     def program(self) -> Program:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -136,22 +136,13 @@ class SayNavPlanner(GeneratorPlanner):
     # ------------------------------------------------------------------ the loop (Alg. 1)
     def program(self) -> Program:
         while True:
-            if not self.unfound:
-                yield self.done("all targets found")
+            stop, room = yield from self.arrive()
+            if stop:
                 return
-            if self.out_of_steps:
-                yield self.done("simulator step limit")
-                return
-            yield self.act("look around", why="look around on arrival")
-            rid = self.room
-            if rid is not None and self.unfound:
-                room = self.graph.rooms[rid]
-                if room.entries > self.room_visit_limit:
-                    yield self.done(f"room {room.label} entered more than {self.room_visit_limit} times")
-                    return
+            if room is not None:
                 if room.type is None:
                     room.type, cands = self.identify_room(room)
-                    self.log.append(f"room {rid} identified as {room.type}")
+                    self.log.append(f"{room.label} identified as {room.type}")
                 choice, info = self.track(room)
                 self.log.append(f"{room.label}: {choice}")
                 if choice == "search":

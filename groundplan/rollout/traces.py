@@ -6,7 +6,7 @@ the episodes behind it. Traces serialise to one JSON object per episode (JSON li
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -58,6 +58,12 @@ class EpisodeTrace:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_json(self) -> str:
+        """One JSON line. The C encoder walks the trace and only dataclasses pass through Python
+        (``_fields_of``), which is ~10x cheaper than ``json.dumps(asdict(...))``: asdict deep-copies every
+        leaf, and on a sweep's driver that cost ~4 ms per 51-option step (issue 14, item 3)."""
+        return json.dumps(self, default=_fields_of, ensure_ascii=False)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EpisodeTrace":
         d = dict(d)
@@ -69,6 +75,12 @@ class EpisodeTrace:
         return cls(steps=steps, **d)
 
 
+def _fields_of(obj: Any) -> dict[str, Any]:
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
 def write_traces(path: str | Path, traces: Iterable[EpisodeTrace], append: bool = True) -> None:
     """Append traces as JSON lines, flushing after each so that a crash loses no finished episode."""
     path = Path(path)
@@ -78,7 +90,7 @@ def write_traces(path: str | Path, traces: Iterable[EpisodeTrace], append: bool 
         if torn:  # a crash mid-write left a partial line: start on a fresh one so no record merges into it
             f.write("\n")
         for t in traces:
-            f.write(json.dumps(t.to_dict(), ensure_ascii=False) + "\n")
+            f.write(t.to_json() + "\n")
             f.flush()
 
 

@@ -42,10 +42,11 @@ from groundplan.envs.house.sim import (
 
 logger = logging.getLogger(__name__)
 
-register_measure("sr", "MultiON success: every target seen within 2.5 m before the step limit (SayNav Sec. 4.2)")
+register_measure("sr", "MultiON success: every target seen within 2.5 m before the step limit (SayNav Sec. 4.2)",
+                 proportion=True)
 register_measure("spl", "success weighted by path length, L* the shortest path over all target orders (SayNav Sec. 4.2)")
 register_measure("kendall_tau", "Kendall tau of the found order vs the optimal order; successful episodes only "
-                 "(SayNav Sec. 4.2)")
+                 "(SayNav Sec. 4.2)", partial=True)
 register_measure("path_m", "metres walked", higher_is_better=False)
 register_measure("targets_found", "fraction of the targets found")
 

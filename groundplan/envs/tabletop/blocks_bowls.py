@@ -10,7 +10,8 @@ colour (``in_bowl`` of the Inner Monologue checkers, read from the physics).
 
 Sizes scaled to the table (objects must not overlap): train/test scenes have 1-3 goal blocks, 1-2 goal
 bowls and one distractor block and bowl in seen colours; test-generalize has 3-4 goal blocks and novel
-colours (SayCanPay Sec. 6: "unseen colors of blocks and bowls", "more blocks"). The paper's scenes
+colours (SayCanPay Sec. 6: "unseen colors of blocks and bowls", "more blocks"), with at most 3 goal blocks
+per goal bowl. The paper's scenes
 hold up to 6 blocks and 5 bowls, which do not fit this workspace with bowls 17 cm wide.
 """
 from __future__ import annotations
@@ -88,6 +89,8 @@ def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
     while len(tasks) < n:
         nb = int(rng.integers(3, 5)) if gen else int(rng.integers(1, 4))
         nw = int(rng.integers(1, 3))
+        if nb > 3 * nw:  # at most 3 goal blocks per goal bowl, so no bowl needs all 4 of its slots
+            nw += 1
         scene = sample_scene(rng, palette, nb, nw)
         sig = hashlib.sha1(repr(sorted((k, round(x, 3), round(y, 3)) for k, (x, y) in scene["xy"].items()))
                            .encode()).hexdigest()[:16]
@@ -127,8 +130,7 @@ class BlocksBowlsEnv(Env):
         if families is not None and (bad := [f for f in families if f not in FAMILIES]):
             raise InvalidInputError(f"unknown blocks_bowls families {bad}; valid: {', '.join(FAMILIES)}")
         c = self.config
-        size = {"train": c.train_size, "test": c.test_size, "test-generalize": c.generalize_size}[c.split]
-        return list(split_tasks(c.split, size, c.train_size))
+        return list(split_tasks(c.split, c.split_size, c.train_size))
 
     def reset(self, task: Task, seed: int) -> Observation:
         st = task.start_state or {}

@@ -202,8 +202,7 @@ class HanoiEnv(Env):
         if families is not None and (bad := [f for f in families if f not in FAMILIES]):
             raise InvalidInputError(f"unknown hanoi families {bad}; valid: {', '.join(FAMILIES)}")
         c = self.config
-        size = {"train": c.train_size, "test": c.test_size, "test-generalize": c.generalize_size}[c.split]
-        tasks = split_tasks(c.split, size, c.train_size, c.tower_goal_prob)
+        tasks = split_tasks(c.split, c.split_size, c.train_size, c.tower_goal_prob)
         return [t for t in tasks if families is None or t.family in families]
 
     def reset(self, task: Task, seed: int) -> Observation:

@@ -29,6 +29,11 @@ class _RavensOptions(BaseModel):
     image_width: int = Field(160, ge=16, le=1280, description="Camera image width (pixels).")
     image_height: int = Field(120, ge=16, le=960, description="Camera image height (pixels).")
 
+    @property
+    def split_size(self) -> int:
+        """How many tasks the configured split holds."""
+        return {"train": self.train_size, "test": self.test_size, "test-generalize": self.generalize_size}[self.split]
+
 
 class HanoiConfig(_RavensOptions):
     """Options of :class:`~groundplan.envs.tabletop.hanoi.HanoiEnv`; unknown fields are refused."""
