@@ -63,8 +63,11 @@ def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     assert more.skipped == n and more.stats["episodes_run"] == 8 and len(more.traces) == 24
     assert more.stats["num_workers"] == 1 and more.stats["max_in_flight"] == 3
     seed2 = run_sweep(_local(_cfg(tmp_path / "seq2", seeds=[2]), tmp_path / "seq2"), lm=LM_FACTORY(), progress=False)
-    assert sorted((_comparable(t) for t in more.traces if t.seed == 2), key=_episode_id) == \
-        sorted(map(_comparable, seed2.traces), key=_episode_id)
+    def same_run(t) -> dict:  # the sweep's config hash differs (other seeds); the episode must not
+        return {k: v for k, v in _comparable(t).items() if k != "config_hash"}
+
+    assert sorted((same_run(t) for t in more.traces if t.seed == 2), key=_episode_id) == \
+        sorted(map(same_run, seed2.traces), key=_episode_id)
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == 24
     again = run_sweep(_cfg(tmp_path / "ray", seeds=[0, 1, 2]), lm_factory=LM_FACTORY, progress=False)
