@@ -76,7 +76,7 @@ ARITY: dict[str, int] = {a: t.count("{") for a, t in TEMPLATES.items()}
 
 #: object properties (any of) the arguments of two-object actions need, so that the action set is
 #: "all combinations of atomic actions and allowed arguments" (the paper's bank has 47,522 steps;
-#: this one about 42,000). One-object actions take every object: the simulator's executors, not its
+#: this one 40,560). One-object actions take every object: the simulator's executors, not its
 #: ``Action`` enum, decide what works (e.g. "type on keyboard" runs although keyboards lack HAS_SWITCH).
 _MOVABLE = ("GRABBABLE", "POURABLE", "DRINKABLE")
 _TARGET = ("SURFACES", "CONTAINERS", "CAN_OPEN", "RECIPIENT")

@@ -6,7 +6,7 @@
   ``Task.family`` is the task category, ``Task.instruction`` the task name ("Turn on light"). Test
   programs whose goal already holds in their initial graph are left out (35 of the default split's
   149: a plan that does nothing would reach them; ``keep_met_goals`` keeps them).
-- Skills: the natural-language form of every admissible step (:mod:`.actions`, about 42,000 labels,
+- Skills: the natural-language form of every admissible step (:mod:`.actions`, 40,560 labels,
   one action set for the whole scene as the paper's single action bank), plus the done label.
 - Steps run in the package's evolving-graph simulator (:mod:`.simulator`). Any template filled with
   any object class of the scene (the character, rooms and floors included) is passed to it, so the
