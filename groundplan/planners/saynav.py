@@ -142,7 +142,7 @@ class SayNavPlanner(GeneratorPlanner):
             if room is not None:
                 if room.type is None:
                     room.type, cands = self.identify_room(room)
-                    self.log.append(f"{room.label} identified as {room.type}")
+                    self.log.append(f"room {room.room_id} identified as {room.type}")
                 choice, info = self.track(room)
                 self.log.append(f"{room.label}: {choice}")
                 if choice == "search":
