@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
 log = logging.getLogger("bench_exact_savings")
 
 
@@ -36,20 +38,13 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
 
+    from benchmarks.kitchen_sweep import saycan_kitchen_sweep
     from groundplan.actors.scorer import MemoizedLM, ScoreMemo
-    from groundplan.config import load_config
     from groundplan.llm.hf import HFLanguageModel
     from groundplan.pipelines.sweep import run_sweep
     from groundplan.planners.saycan import load_prompt
 
-    base = load_config(str(ROOT / "configs" / "saycan_kitchen.yaml"))
-    base = base.model_copy(update={
-        "planners": [p for p in base.planners if p.display in ("SayCan", "No-VF")],
-        "tasks": base.tasks.model_copy(update={"per_family": args.per_family}),
-        "seeds": list(args.seeds),
-        "max_steps": args.max_steps,
-        "runtime": base.runtime.model_copy(update={"executor": "local", "mlflow": False}),
-    })
+    base = saycan_kitchen_sweep(args.per_family, args.seeds, max_steps=args.max_steps)
     lm = HFLanguageModel(args.model)
     out = Path(tempfile.mkdtemp(prefix="bench_savings_"))
 

@@ -44,10 +44,12 @@ import functools
 import logging
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
 log = logging.getLogger("bench_runtime_scale")
 
 

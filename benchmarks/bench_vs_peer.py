@@ -26,11 +26,13 @@ import argparse
 import logging
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
 log = logging.getLogger("bench_vs_peer")
 
 #: two-sided 95% Student t quantiles by degrees of freedom (for small samples of peer steps)
@@ -56,20 +58,13 @@ def main() -> None:
 
     import torch
 
+    from benchmarks.kitchen_sweep import saycan_kitchen_sweep
     from groundplan.actors.scorer import MemoizedLM
-    from groundplan.config import load_config
     from groundplan.llm.hf import HFLanguageModel
     from groundplan.pipelines.sweep import run_sweep
     from groundplan.planners.saycan import build_prompt, load_prompt
 
-    cfg = load_config(str(ROOT / "configs" / "saycan_kitchen.yaml"))
-    cfg = cfg.model_copy(update={
-        "planners": [p for p in cfg.planners if p.display in ("SayCan", "No-VF")],
-        "tasks": cfg.tasks.model_copy(update={"per_family": args.per_family}),
-        "seeds": list(args.seeds),
-        "output_dir": tempfile.mkdtemp(prefix="bench_vs_peer_"),
-        "runtime": cfg.runtime.model_copy(update={"executor": "local", "mlflow": False}),
-    })
+    cfg = saycan_kitchen_sweep(args.per_family, args.seeds, output_dir=tempfile.mkdtemp(prefix="bench_vs_peer_"))
     lm = HFLanguageModel(args.model)
     log.info("model %s on %s, %d torch threads", args.model, lm.device.type, torch.get_num_threads())
 
