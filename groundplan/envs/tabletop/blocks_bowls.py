@@ -24,10 +24,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
-from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.base import EnvCapabilities
+from groundplan.envs.tabletop.ravens import RavensTaskEnv
 from groundplan.envs.tabletop.scp_options import SPLITS, BlocksBowlsConfig
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
 from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
@@ -109,10 +109,11 @@ def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-class BlocksBowlsEnv(Env):
+class BlocksBowlsEnv(RavensTaskEnv):
     """Put blocks in bowls on the tabletop; one PyBullet DIRECT client per instance."""
 
     name = "blocks_bowls"
+    families = FAMILIES
     done_skill = DONE
     capabilities = EnvCapabilities(measures=("picks", "sim_steps"))
 
@@ -127,8 +128,7 @@ class BlocksBowlsEnv(Env):
         self._stats: dict[str, float] = {}
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        if families is not None and (bad := [f for f in families if f not in FAMILIES]):
-            raise InvalidInputError(f"unknown blocks_bowls families {bad}; valid: {', '.join(FAMILIES)}")
+        self._check_families(families)
         c = self.config
         return list(split_tasks(c.split, c.split_size, c.train_size))
 
@@ -196,25 +196,12 @@ class BlocksBowlsEnv(Env):
                 (sat if any(b in contents[w] for w in targets) else unsat).append(f"{b} is in a {g['bowl_colour']} bowl")
         return GoalResult(not unsat, sat, unsat)
 
-    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
-        return {k: float(v) for k, v in self._stats.items()}
-
-    def close(self) -> None:
-        self.world.close()
-
-    def _fail(self, skill: str, reason: str, admissible: bool = True) -> StepResult:
-        return StepResult(False, f"cannot '{skill.strip()}': {reason}", self._observe(),
-                          info={"admissible": admissible, "reason": reason})
-
     def _observe(self) -> Observation:
-        images: dict[str, Any] = {}
-        for cam in self.config.cameras:
-            images[f"{cam}_rgb"] = self.world.render(cam, self.config.image_width, self.config.image_height)[0]
         contents = self.contents()
         text = "There is a " + ", ".join(self.bowls + self.blocks) + "."
         inside = [f"The {b} is in the {w}." for w, bs in contents.items() for b in bs]
         text = " ".join([text, *inside])
-        return Observation(skills=self.skills(), state={"contents": contents}, text=text, images=images)
+        return Observation(skills=self.skills(), state={"contents": contents}, text=text, images=self._images())
 
 
 class BlocksBowlsOracle:

@@ -27,10 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 import pybullet as pb
 
-from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
-from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.base import EnvCapabilities
+from groundplan.envs.tabletop.ravens import RavensTaskEnv
 from groundplan.envs.tabletop.scp_options import SPLITS, HanoiConfig
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
 
@@ -183,10 +183,11 @@ class HanoiWorld(TabletopWorld):
         self.step(60)
 
 
-class HanoiEnv(Env):
+class HanoiEnv(RavensTaskEnv):
     """Tower of Hanoi on the tabletop; one PyBullet DIRECT client per instance."""
 
     name = "hanoi"
+    families = FAMILIES
     done_skill = DONE
     capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"))
 
@@ -199,8 +200,7 @@ class HanoiEnv(Env):
         self._stats: dict[str, float] = {}
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        if families is not None and (bad := [f for f in families if f not in FAMILIES]):
-            raise InvalidInputError(f"unknown hanoi families {bad}; valid: {', '.join(FAMILIES)}")
+        self._check_families(families)
         c = self.config
         tasks = split_tasks(c.split, c.split_size, c.train_size, c.tower_goal_prob)
         return [t for t in tasks if families is None or t.family in families]
@@ -283,25 +283,14 @@ class HanoiEnv(Env):
         ok = state is not None and goal_holds(goal, state)
         return GoalResult(ok, [text] if ok else [], [] if ok else [text])
 
-    def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
-        return {k: float(v) for k, v in self._stats.items()}
-
-    def close(self) -> None:
-        self.world.close()
-
     def _fail(self, skill: str, reason: str, admissible: bool = True) -> StepResult:
         self._stats["illegal_moves"] += 1
-        return StepResult(False, f"cannot '{skill.strip()}': {reason}", self._observe(),
-                          info={"admissible": admissible, "reason": reason})
+        return super()._fail(skill, reason, admissible)
 
     def _observe(self) -> Observation:
-        images: dict[str, Any] = {}
-        for cam in self.config.cameras:
-            rgb, depth, seg = self.world.render(cam, self.config.image_width, self.config.image_height)
-            images[f"{cam}_rgb"] = rgb
         stacks = self.stacks()
         return Observation(skills=self.skills(), state={"stacks": stacks, "colours": list(self.colours)},
-                           text=describe(self.colours, stacks), images=images)
+                           text=describe(self.colours, stacks), images=self._images())
 
 
 class HanoiOracle:
