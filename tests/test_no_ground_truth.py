@@ -62,9 +62,8 @@ class TabletopLikeState:
     detected: list = field(default_factory=lambda: ["red block", "blue bowl"])
 
 
-def _toy_episode(planner: Any, task: Task, steps: int = 4) -> list[str]:
-    env = ToyEnv()
-    obs = env.reset(task, 0)
+def _play(planner: Any, task: Task, obs: Observation, execute: Any, steps: int) -> list[str]:
+    """The planner's skills over at most ``steps`` decisions, each executed by ``execute(skill)``."""
     planner.reset(task, obs, seed=0)
     last, chosen = None, []
     for _ in range(steps):
@@ -72,22 +71,19 @@ def _toy_episode(planner: Any, task: Task, steps: int = 4) -> list[str]:
         chosen.append(d.skill)
         if d.done:
             break
-        last = env.execute(d.skill)
+        last = execute(d.skill)
         obs = last.observation
     return chosen
 
 
+def _toy_episode(planner: Any, task: Task, steps: int = 4) -> list[str]:
+    env = ToyEnv()
+    return _play(planner, task, env.reset(task, 0), env.execute, steps)
+
+
 def _tabletop_episode(planner: Any, task: Task, steps: int = 3) -> list[str]:
     obs = Observation(skills=list(TABLETOP_SKILLS), state=TabletopLikeState())
-    planner.reset(task, obs, seed=0)
-    last, chosen = None, []
-    for _ in range(steps):
-        d = planner.next_step(obs, last)
-        chosen.append(d.skill)
-        if d.done:
-            break
-        last = StepResult(False, "failure", obs)
-    return chosen
+    return _play(planner, task, obs, lambda skill: StepResult(False, "failure", obs), steps)
 
 
 def _house_env() -> Any:
