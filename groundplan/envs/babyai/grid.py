@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5
 DIR_VEC = ((1, 0), (0, 1), (-1, 0), (0, -1))
@@ -55,27 +55,20 @@ def plan_to_face(env: Any, targets: Iterable[Pos]) -> list[int] | None:
     return None
 
 
+def cells(env: Any, types: Collection[str]) -> list[tuple[Pos, Any]]:
+    """Every grid cell holding an object of one of ``types``, with its position (row by row)."""
+    grid = env.grid
+    return [((x, y), c) for y in range(grid.height) for x in range(grid.width)
+            if (c := grid.get(x, y)) is not None and c.type in types]
+
+
 def objects(env: Any) -> list[tuple[Pos, Any]]:
     """Every key, ball and box on the grid (not the carried one) with its position."""
-    out = []
-    grid = env.grid
-    for y in range(grid.height):
-        for x in range(grid.width):
-            c = grid.get(x, y)
-            if c is not None and c.type in OBJECT_TYPES:
-                out.append(((x, y), c))
-    return out
+    return cells(env, OBJECT_TYPES)
 
 
 def doors(env: Any) -> list[tuple[Pos, Any]]:
-    out = []
-    grid = env.grid
-    for y in range(grid.height):
-        for x in range(grid.width):
-            c = grid.get(x, y)
-            if c is not None and c.type == "door":
-                out.append(((x, y), c))
-    return out
+    return cells(env, ("door",))
 
 
 def neighbours(p: Pos) -> list[Pos]:
