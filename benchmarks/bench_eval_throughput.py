@@ -37,6 +37,7 @@ def main() -> None:
     args = ap.parse_args()
 
     logging.basicConfig(level=logging.WARNING)
+    from groundplan.cli import keep_planners
     from groundplan.config import load_config
     from groundplan.pipelines.sweep import run_sweep
 
@@ -45,8 +46,7 @@ def main() -> None:
                "runtime.mlflow=false"] + ([f"runtime.in_flight={args.in_flight}"] if args.in_flight else [])
     cfg = load_config(args.config, runtime)
     if args.planners != "all":
-        keep = args.planners.split(",")
-        cfg = cfg.model_copy(update={"planners": [p for p in cfg.planners if p.display in keep]})
+        cfg = keep_planners(cfg, args.planners)
     cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"per_family": args.per_family})})
     if args.max_steps is not None:
         cfg = cfg.model_copy(update={"max_steps": args.max_steps})
