@@ -172,17 +172,10 @@ class BlocksBowlsEnv(RavensTaskEnv):
                 if all(math.dist((bx + dx, by + dy), q) > 0.04 for q in taken)]
         if not free:
             return self._fail(skill, f"the {bowl} is full")
-        cfg = self.config
-        pick = np.array(pos[block][:2]) + self._rng.normal(0, cfg.pick_noise_std, 2) * (cfg.pick_noise_std > 0)
-        place = np.array(free[0]) + self._rng.normal(0, cfg.place_noise_std, 2) * (cfg.place_noise_std > 0)
-        result = self.world.pick_and_place(block, pick, (float(place[0]), float(place[1]), bz + BOWL_FLOOR + BLOCK_HALF))
-        self._stats["picks"] += 1
-        self._stats["sim_steps"] += result.sim_steps
+        result = self._pick_and_place(block, pos[block], free[0], bz + BOWL_FLOOR + BLOCK_HALF)
         ok = block in self.contents()[bowl]
         info = {"block": block, "bowl": bowl, "grasped": result.grasped, "sim_steps": result.sim_steps}
-        feedback = f"the {block} is in the {bowl}" if ok else \
-            f"the {block} did not land in the {bowl}" + ("" if result.grasped else " (nothing was grasped)")
-        return StepResult(ok, feedback, self._observe(), info=info)
+        return StepResult(ok, self._landed(block, f"the {bowl}", ok, result.grasped), self._observe(), info=info)
 
     def check_goal(self) -> GoalResult:
         if self._task is None:

@@ -257,22 +257,15 @@ class HanoiEnv(RavensTaskEnv):
             return self._fail(skill, f"the {colour} disk is under the {self.colours[stacks[src][-1]]} disk")
         if stacks[r] and stacks[r][-1] < d:
             return self._fail(skill, f"the {colour} disk cannot go on the smaller {self.colours[stacks[r][-1]]} disk")
-        cfg = self.config
         name = f"{colour} disk"
-        pick = np.array(self.world.position(name)[:2]) + self._rng.normal(0, cfg.pick_noise_std, 2) * (cfg.pick_noise_std > 0)
-        place = np.array(RODS[r]) + self._rng.normal(0, cfg.place_noise_std, 2) * (cfg.place_noise_std > 0)
         tz = PAD_HEIGHT + DISK_HALF * (2 * len(stacks[r]) + 1)
         grasp_z = self.world.position(name)[2] + 0.003  # fingertips on this disk only, not the one below
-        result = self.world.pick_and_place(name, pick, (float(place[0]), float(place[1]), tz), grasp_z=grasp_z)
-        self._stats["picks"] += 1
-        self._stats["sim_steps"] += result.sim_steps
+        result = self._pick_and_place(name, self.world.position(name), RODS[r], tz, grasp_z=grasp_z)
         after = self.stacks()
         ok = bool(after[r]) and after[r][-1] == d
         info = {"disk": colour, "rod": r + 1, "grasped": result.grasped, "sim_steps": result.sim_steps,
                 "final_xyz": [round(v, 4) for v in self.world.position(name)]}
-        feedback = f"the {colour} disk is in rod {r + 1}" if ok else \
-            f"the {colour} disk did not land in rod {r + 1}" + ("" if result.grasped else " (nothing was grasped)")
-        return StepResult(ok, feedback, self._observe(), info=info)
+        return StepResult(ok, self._landed(name, f"rod {r + 1}", ok, result.grasped), self._observe(), info=info)
 
     def check_goal(self) -> GoalResult:
         if self._task is None:
