@@ -178,6 +178,25 @@ def test_local_ray_gets_enough_logical_cpus_for_the_requested_actors(monkeypatch
     assert seen["num_cpus"] == 3
 
 
+def test_local_ray_runs_its_workers_at_normal_priority(monkeypatch):
+    """Ray's default nice 15 would let any other process starve the scorer; a user's own setting stays."""
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_worker_niceness", "")  # recorded, so the variable is restored after the test
+    monkeypatch.delenv("RAY_worker_niceness")
+    assert executors.connect(None)
+    assert os.environ["RAY_worker_niceness"] == "0"
+    monkeypatch.setenv("RAY_worker_niceness", "10")
+    assert executors.connect(None)
+    assert os.environ["RAY_worker_niceness"] == "10"
+    monkeypatch.delenv("RAY_worker_niceness")
+    assert executors.connect("ray://head:10001")  # a cluster keeps the niceness its `ray start` chose
+    assert "RAY_worker_niceness" not in os.environ
+
+
 def test_unplaceable_workers_fail_clearly_instead_of_hanging(tmp_path, ray_local):
     cfg = _cfg(tmp_path, runtime={"workers": 1, "worker_cpus": 64, "start_timeout_s": 20})
     with pytest.raises(InvalidInputError, match="episode runners did not start within .* cannot place them"):

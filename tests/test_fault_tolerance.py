@@ -65,7 +65,13 @@ def test_scorer_killed_with_requests_pending_is_restarted_and_they_are_answered(
     def kill_scorer_mid_request(trace, ctx):
         if killed:
             if len(pids) == 1:  # the next episode: the scorer that answers is a new process
-                pids.append(ray.get(ctx["scorers"][0].stats.remote())["pid"])
+                # ray.kill is asynchronous: a call sent at once may still reach the dying process
+                deadline = time.monotonic() + 60
+                pid = ray.get(ctx["scorers"][0].stats.remote())["pid"]
+                while pid == pids[0] and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    pid = ray.get(ctx["scorers"][0].stats.remote())["pid"]
+                pids.append(pid)
             return
         (gate / "closed").touch()
         deadline = time.monotonic() + 60

@@ -70,6 +70,11 @@ def test_can_triples_and_pay_targets():
     pos = [p for p in pay if p.target > 0]
     assert [p.target for p in pos[:3]] == pytest.approx([0.25, 0.5, 1.0])
     assert all(p.target == 0.0 for p in pay if p not in pos)
+    # "done" before the end of a trajectory is a zero-return negative after each earlier history
+    premature = [p.text for p in pay if p.text.endswith("<NXT> done") and p.target == 0.0]
+    assert "<Goal> g0 <Initial State> o <NXT> done" in premature
+    assert "<Goal> g0 <Initial State> o <Step 1> a <NXT> done" in premature
+    assert not any(t.endswith("<Step 2> b <NXT> done") for t in premature)  # there it is the expert's action
     # a failed trajectory gives no Pay positives
     failed = _traj(2, ["q", "done"], goal="g2", success=False)
     assert not [p for p in pay_examples([failed, trajs[0]], 0.5) if "<Goal> g2" in p.text]
@@ -216,3 +221,55 @@ def test_wilson_interval_and_tables():
     assert (round(lo, 3), round(hi, 3)) == (0.397, 0.892)
     assert wilson_interval(0, 0) == (0.0, 1.0)
     assert Row("GA-SCP", 10, 7, 5, 4.0, 0).cell(7) == "70% [40, 89]"
+
+
+def test_tables_cli_reads_several_run_dirs_and_the_envs_done_skill(tmp_path, capsys):
+    """BabyAI's done skill is "done picking up": neither the expert's length nor a plan's counts it, and
+    planners run side by side in two folders make one table."""
+    pytest.importorskip("minigrid")
+    from groundplan.envs import ENVS
+    from groundplan.pipelines.saycanpay_tables import main
+    from groundplan.rollout.traces import EpisodeTrace, StepTrace
+
+    opts = {"test_per_family": 1, "train_per_family": 1, "generalize_per_family": 1}
+    task = ENVS.get("babyai")(**opts).tasks(["pickup"])[0]
+    expert = list(task.reference_plan)
+    assert expert[-1] == "done picking up"
+    for label, plan, ok in (("A", expert, True), ("B", ["pick up red ball"] + expert, True)):
+        d = tmp_path / label
+        d.mkdir()
+        steps = [StepTrace(i, a, a == "done picking up") for i, a in enumerate(plan)]
+        trace = EpisodeTrace(f"e{label}", label, "babyai", task.task_id, task.family, task.instruction, 0, "fake",
+                             steps=steps, execution_success=ok)
+        (d / "traces.jsonl").write_text(trace.to_json() + "\n")
+    assert main([str(tmp_path / "A"), str(tmp_path / "B"), "--split", "test"]) == 0
+    out = capsys.readouterr().out
+    n = len(expert) - 1
+    assert f"| A | 1 | 100% [21, 100] | 100% [21, 100] | {n:.1f} | 0 |" in out  # the expert's length: cost-effective
+    assert f"| B | 1 | 100% [21, 100] | 0% [0, 79] | {n + 1:.1f} | 0 |" in out  # one action longer: not
+
+
+def test_oracle_can_names_a_registered_env():
+    """A typo in the oracle's env is refused when the config is read, not when its first episode starts."""
+    from pydantic import ValidationError
+
+    from groundplan.grounding.saycanpay_config import OracleCanPayOptions
+
+    assert OracleCanPayOptions(env="blocks_bowls").env == "blocks_bowls"
+    with pytest.raises(ValidationError, match="unknown env 'blocks'"):
+        OracleCanPayOptions(env="blocks")
+
+
+def test_paired_comparison_counts_discordant_episodes():
+    from groundplan.pipelines.saycanpay_tables import paired
+    from groundplan.rollout.traces import EpisodeTrace
+
+    def trace(planner, task, ok):
+        return EpisodeTrace(f"{planner}{task}", planner, "toy", f"t{task}", "f", "do it", 0, "fake", execution_success=ok)
+
+    ga = [True, True, True, False, False, True]
+    gt = [False, False, False, False, True, True]
+    traces = [trace("GA-SCP", i, ok) for i, ok in enumerate(ga)] + [trace("GT", i, ok) for i, ok in enumerate(gt)]
+    traces.append(trace("GT", 99, True))  # no GA-SCP episode on that task: not compared
+    assert paired(traces, [("GA-SCP", "GT"), ("BA-SCP", "GT")]) == [
+        "GA-SCP vs GT on 6 shared episodes: 3 solved only by GA-SCP, 1 only by GT; exact McNemar p = 0.62"]

@@ -39,6 +39,7 @@ def test_babyai_oracle_solves_every_family(split):
         assert ok and env.check_goal().success, (task.task_id, plan)
         assert plan[-1] == "done picking up"
         assert env.check_plan(task, 0, plan).success  # replay from the start state
+        assert task.reference_plan == tuple(plan)  # the task carries the expert's plan (Table 4, Perfect-Say)
 
 
 def test_babyai_text_and_skills():
@@ -134,6 +135,7 @@ def test_blocks_bowls_oracle_illegal_and_splits():
     assert obs.text.startswith("There is a ") and not env.check_goal().success
     plan, ok = solve(env, task)
     assert ok and env.check_goal().success
+    assert tuple(plan) == task.reference_plan  # the task carries the oracle's plan
     first = plan[0]
     r = env.execute(first)  # that block is in that bowl already
     assert not r.success and "already in" in r.feedback

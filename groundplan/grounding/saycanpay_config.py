@@ -146,3 +146,13 @@ class OracleCanPayOptions(BaseModel):
     tracking_uri: str | None = Field(None, description="MLflow URI that resolves 'models:/' URIs.")
     batch_size: int = Field(256, ge=1, description="Most Pay inputs per forward pass.")
     device: str = Field("auto", description="Device of the Pay model.")
+
+    @field_validator("env")
+    @classmethod
+    def _registered_env(cls, value: str) -> str:
+        # a lazy registry: names only, no env module is imported
+        from groundplan.envs import ENVS
+
+        if value not in ENVS.names():
+            raise ValueError(f"unknown env '{value}'; registered: {', '.join(ENVS.names())}")
+        return value

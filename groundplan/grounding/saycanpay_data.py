@@ -186,7 +186,12 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0) -> list[CanExample]
 def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> list[PayExample]:
     """Sec. 6.2's [g, h_{t-1}, a_t, r] with r the discounted return, and one zero-reward negative from
     another trajectory per step. Only successful trajectories give positives (their returns are
-    meaningful); infeasible recorded steps get target 0."""
+    meaningful); infeasible recorded steps get target 0.
+
+    A trajectory's final action (the env's done) taken at an earlier step ends the episode with the goal
+    unmet, so its return there is 0: each such premature done is a negative too. Other trajectories'
+    actions never supply it (every trajectory ends with it), and without it Pay learns p_pay(done) ≈ 1
+    after any history, which made the BabyAI planners stop at the first step."""
     rng = random.Random(seed)
     out: list[PayExample] = []
     for i, tr in enumerate(trajs):
@@ -205,6 +210,8 @@ def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> li
             neg = [a for a in (other.actions if other else ()) if a != action and a not in actions]
             if neg:
                 out.append(PayExample(format_input(tr.goal, tr.init_obs, history, rng.choice(neg)), 0.0))
+            if t < len(actions) - 1 and actions[-1] not in actions[:-1]:
+                out.append(PayExample(format_input(tr.goal, tr.init_obs, history, actions[-1]), 0.0))
         for k, ok in enumerate(tr.feasible):
             if not ok:
                 history = [tr.actions[j] for j in range(k) if tr.feasible[j]]

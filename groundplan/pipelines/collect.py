@@ -12,7 +12,6 @@ output folder.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections import Counter, deque
@@ -28,6 +27,7 @@ from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples
 from groundplan.envs import ENVS
 from groundplan.pipelines.collect_config import CollectConfig
+from groundplan.pipelines.executors import connect
 
 log = logging.getLogger(__name__)
 __all__ = ["CollectResult", "run_collect", "load_trajectories", "prompt_examples", "plan_items"]
@@ -141,28 +141,12 @@ def _run_local(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectIte
         sink(row)
 
 
-def _connect(cfg: CollectConfig) -> bool:
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = cfg.ray_address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if address is None:  # a local Ray: workers import groundplan from this checkout
-        root = str(Path(__file__).resolve().parents[2])
-        path = os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)
-        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": path}}
-        kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cfg.workers * cfg.worker_cpus))
-    ray.init(address=address, **kwargs)
-    return True
-
-
 def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
              result: CollectResult, fault: dict[str, str] | None) -> None:
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-    started = _connect(cfg)
+    started = connect(cfg.ray_address, cfg.workers * cfg.worker_cpus)
     remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
 
     def spawn() -> Any:

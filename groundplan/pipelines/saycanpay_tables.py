@@ -6,29 +6,23 @@ Wilson interval.
   the expert plan's length"), the expert being the task's reference plan; ``done`` is not counted;
 - mean length: actions per plan (done excluded).
 
-``python -m groundplan.pipelines.saycanpay_tables <run_dir> [--env kitchen]`` prints a Markdown table.
+``python -m groundplan.pipelines.saycanpay_tables <run_dir> [<run_dir> ...] [--env kitchen] [--split test]`` prints a
+Markdown table and the paired comparisons behind the paper's claims (:data:`PAIRS`).
 """
 from __future__ import annotations
 
 import argparse
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from groundplan.core.stats import mcnemar_exact, wilson_interval
 from groundplan.rollout.traces import EpisodeTrace, read_traces
 
-
-def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """The Wilson score interval for a binomial proportion (95% by default); (0, 1) when n = 0."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+#: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay
+#: help over Say alone)
+PAIRS = (("GA-SCP", "GT"), ("BA-SCP", "GA-SCP"), ("GA-SCP", "GA-Say"), ("BA-SCP", "BA-Say"))
 
 
 @dataclass
@@ -55,7 +49,31 @@ def table_rows(traces: Iterable[EpisodeTrace], expert_length: dict[str, int], do
         ok = [bool(t.execution_success) for t in ts]
         ce = [s and (t.task_id in expert_length and n <= expert_length[t.task_id]) for s, t, n in zip(ok, ts, lengths)]
         rows.append(Row(planner, len(ts), sum(ok), sum(ce), sum(lengths) / len(ts), sum(t.error is not None for t in ts)))
-    return rows
+    return sorted(rows, key=_order)
+
+
+def _order(row: "Row") -> tuple:
+    """Tables 3-5's row order: GT, GA-{Say, SC, SCP}, BA-{Say, SC, SCP}, then the oracle rows."""
+    head, _, rest = row.planner.partition("-")
+    score = rest.split(" ", 1)[0]
+    return ("oracle" in row.planner, ("GT", "GA", "BA").index(head) if head in ("GT", "GA", "BA") else 3,
+            ("Say", "SC", "SCP").index(score) if score in ("Say", "SC", "SCP") else 3, row.planner)
+
+
+def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
+    """For each pair of planners run on the same tasks: episodes only the first / only the second solved,
+    and the exact McNemar p-value (the planners are compared on identical episodes, not by their rates)."""
+    ok = {(t.planner, t.task_id, t.seed): bool(t.execution_success) for t in traces}
+    lines = []
+    for a, b in pairs:
+        keys = [(task, seed) for (p, task, seed) in ok if p == a and (b, task, seed) in ok]
+        if not keys:
+            continue
+        a_only = sum(ok[(a, *k)] and not ok[(b, *k)] for k in keys)
+        b_only = sum(ok[(b, *k)] and not ok[(a, *k)] for k in keys)
+        lines.append(f"{a} vs {b} on {len(keys)} shared episodes: {a_only} solved only by {a}, {b_only} only by "
+                     f"{b}; exact McNemar p = {mcnemar_exact(a_only, b_only):.2f}")
+    return lines
 
 
 def render(rows: Sequence[Row], title: str) -> str:
@@ -66,23 +84,30 @@ def render(rows: Sequence[Row], title: str) -> str:
     return "\n".join(lines)
 
 
-def expert_lengths(env_name: str, done_skill: str = "done") -> dict[str, int]:
+def expert_lengths(env_name: str, env_options: dict | None = None) -> tuple[dict[str, int], str]:
+    """The expert plan's length (done excluded) per task of the env's split, and the env's done skill."""
     from groundplan.envs import ENVS
 
-    env = ENVS.get(env_name)()
-    return {t.task_id: len([a for a in t.reference_plan if a != done_skill]) for t in env.tasks() if t.reference_plan}
+    env = ENVS.get(env_name)(**(env_options or {}))
+    done = env.done_skill
+    return {t.task_id: len([a for a in t.reference_plan if a != done]) for t in env.tasks() if t.reference_plan}, done
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dir")
+    ap.add_argument("run_dirs", nargs="+", help="run folders (several: e.g. planners run side by side)")
     ap.add_argument("--env", default=None, help="env whose reference plans are the experts (default: the traces')")
+    ap.add_argument("--split", default=None, help="the env's split the runs used (default: the env's own default)")
     args = ap.parse_args(argv)
-    traces = list(read_traces(Path(args.run_dir) / "traces.jsonl"))
+    traces = [t for d in args.run_dirs for t in read_traces(Path(d) / "traces.jsonl")]
     if not traces:
-        raise SystemExit(f"no traces in {args.run_dir}")
+        raise SystemExit(f"no traces in {', '.join(args.run_dirs)}")
     env = args.env or traces[0].env
-    print(render(table_rows(traces, expert_lengths(env)), f"{Path(args.run_dir).name}: test split"))
+    lengths, done = expert_lengths(env, {"split": args.split} if args.split else None)
+    title = f"{Path(args.run_dirs[0]).name}: {args.split or 'test'} split"
+    print(render(table_rows(traces, lengths, done), title))
+    for line in paired(traces):
+        print(f"- {line}")
     return 0
 
 

@@ -281,6 +281,10 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         mlflow.log_metrics({f"data.{k}": float(v) for k, v in counts.items()})
         started = False
         if not ray.is_initialized():
+            from groundplan.pipelines.executors import worker_niceness_for_local_ray
+
+            if not ray_address:
+                worker_niceness_for_local_ray()
             root = str(Path(__file__).resolve().parents[2])
             ray.init(address=ray_address, num_cpus=None if ray_address else max(2, int(cfg.num_workers * cfg.cpus_per_worker) + 1),
                      include_dashboard=False, log_to_driver=progress,

@@ -16,6 +16,7 @@ object matching the mission.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import re
 from typing import Any, Sequence
@@ -62,7 +63,7 @@ class BabyAIEnv(Env):
         unknown = [f for f in fams if f not in FAMILIES]
         if unknown:
             raise InvalidInputError(f"unknown babyai families {unknown}; valid: {', '.join(FAMILIES)}")
-        return split_tasks(self.config.split, self.sizes(), fams)
+        return [_with_reference_plan(t) for t in split_tasks(self.config.split, self.sizes(), fams)]
 
     def reset(self, task: Task, seed: int) -> Observation:
         state = task.start_state or {}
@@ -173,3 +174,31 @@ class BabyAIEnv(Env):
         ok = bool(succeeded())
         return StepResult(ok, ok_text if ok else f"cannot '{normalise(skill)}': the action had no effect",
                           self._observe(), info={"primitives": [*moves, final]})
+
+
+#: task_id -> the expert's plan (a task's layout is fixed by its seed, so the plan is too)
+_REFERENCE_PLANS: dict[str, tuple[str, ...]] = {}
+
+
+def _with_reference_plan(task: Task, max_actions: int = 30) -> Task:
+    """``task`` with the expert's plan as ``reference_plan``, as the kitchen and Tower of Hanoi tasks carry
+    theirs: cost-effectiveness (success at the expert's length, SayCanPay Table 4) and the Perfect-Say
+    ablation need it. The expert (:class:`~groundplan.envs.babyai.oracle.BabyAIOracle`) is closed-loop, but
+    the layout and the actions are deterministic, so its rollout from the task's start is the plan."""
+    plan = _REFERENCE_PLANS.get(task.task_id)
+    if plan is None:
+        from groundplan.envs.babyai.oracle import BabyAIOracle
+
+        env = BabyAIEnv(split=task.start_state.get("split", "test"))
+        expert, obs, actions = BabyAIOracle(env), env.reset(task, 0), []
+        for _ in range(max_actions):
+            action = expert.act(task, obs)
+            actions.append(action)
+            if action == DONE:
+                break
+            result = env.execute(action)
+            if not result.success:
+                raise RuntimeError(f"the BabyAI expert failed on {task.task_id} at {action!r}: {result.feedback}")
+            obs = result.observation
+        plan = _REFERENCE_PLANS[task.task_id] = tuple(actions)
+    return dataclasses.replace(task, reference_plan=plan)

@@ -76,6 +76,19 @@ def sample_scene(rng: np.random.Generator, palette: Sequence[str], n_goal_blocks
     raise RuntimeError("could not lay out the scene")
 
 
+def expert_plan(blocks: list[str], bowls: list[str], goal: dict[str, str]) -> tuple[str, ...]:
+    """:class:`BlocksBowlsOracle`'s plan from a task's start (every block on the table), each placement
+    assumed to land: the task's reference plan, for cost-effectiveness (SayCanPay Table 4) and Perfect-Say."""
+    targets = [w for w in bowls if w.startswith(goal["bowl_colour"] + " ")]
+    counts = dict.fromkeys(targets, 0)
+    plan = []
+    for block in [b for b in blocks if b.startswith(goal["block_colour"] + " ")]:
+        bowl = min(targets, key=lambda w: (counts[w], targets.index(w)))
+        counts[bowl] += 1
+        plan.append(action_label(block, bowl))
+    return (*plan, DONE)
+
+
 @lru_cache(maxsize=16)
 def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
     """Deterministic tasks of ``split``; a test task equal to a train one (same scene) is skipped."""
@@ -98,10 +111,11 @@ def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
             continue
         seen.add(sig)
         goal = {"block_colour": scene["block_colour"], "bowl_colour": scene["bowl_colour"]}
+        plan = expert_plan(scene["blocks"], scene["bowls"], goal)
         tasks.append(Task(
             task_id=f"blocks_bowls/{split}/{len(tasks):04d}",
             instruction=instruction(goal["block_colour"], goal["bowl_colour"], nb, nw),
-            family=FAMILIES[0], goal=goal,
+            family=FAMILIES[0], goal=goal, reference_plan=plan,
             start_state={"blocks": scene["blocks"], "bowls": scene["bowls"],
                          "xy": {k: list(v) for k, v in scene["xy"].items()}, "split": split},
             metadata={"split": split, "signature": sig},
