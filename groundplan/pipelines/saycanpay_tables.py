@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from groundplan.core.stats import mcnemar_exact, wilson_interval
+from groundplan.core.stats import wilson_interval
+from groundplan.pipelines.summary import paired_tests
 from groundplan.rollout.traces import EpisodeTrace, read_traces
 
 #: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay
@@ -62,17 +63,21 @@ def _order(row: "Row") -> tuple:
 
 def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
     """For each pair of planners run on the same tasks: episodes only the first / only the second solved,
-    and the exact McNemar p-value (the planners are compared on identical episodes, not by their rates)."""
-    ok = {(t.planner, t.task_id, t.seed): bool(t.execution_success) for t in traces}
+    and the exact McNemar p-value (:func:`~groundplan.pipelines.summary.paired_tests` on execution
+    success: the planners are compared on identical episodes, not by their rates)."""
+    tests = {(r["a"], r["b"]): r for r in paired_tests(traces) if r["measure"] == "execution_success"}
     lines = []
     for a, b in pairs:
-        keys = [(task, seed) for (p, task, seed) in ok if p == a and (b, task, seed) in ok]
-        if not keys:
+        if (a, b) in tests:
+            r = tests[a, b]
+            a_only, b_only = r["a_only"], r["b_only"]
+        elif (b, a) in tests:
+            r = tests[b, a]
+            a_only, b_only = r["b_only"], r["a_only"]
+        else:
             continue
-        a_only = sum(ok[(a, *k)] and not ok[(b, *k)] for k in keys)
-        b_only = sum(ok[(b, *k)] and not ok[(a, *k)] for k in keys)
-        lines.append(f"{a} vs {b} on {len(keys)} shared episodes: {a_only} solved only by {a}, {b_only} only by "
-                     f"{b}; exact McNemar p = {mcnemar_exact(a_only, b_only):.2f}")
+        lines.append(f"{a} vs {b} on {r['n_pairs']} shared episodes: {a_only} solved only by {a}, {b_only} only by "
+                     f"{b}; exact McNemar p = {r['p_value']:.2f}")
     return lines
 
 
