@@ -182,19 +182,21 @@ def test_local_ray_runs_its_workers_at_normal_priority(monkeypatch):
     """Ray's default nice 15 would let any other process starve the scorer; a user's own setting stays."""
     import ray
 
+    seen = []  # the niceness the raylet would inherit, read inside ray.init
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kw: None)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append(os.environ.get("RAY_worker_niceness")))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_worker_niceness", "")  # recorded, so the variable is restored after the test
     monkeypatch.delenv("RAY_worker_niceness")
     assert executors.connect(None)
-    assert os.environ["RAY_worker_niceness"] == "0"
+    assert seen[-1] == "0"
+    assert "RAY_worker_niceness" not in os.environ  # only that ray.init saw it: no leak into later Ray instances
     monkeypatch.setenv("RAY_worker_niceness", "10")
     assert executors.connect(None)
-    assert os.environ["RAY_worker_niceness"] == "10"
+    assert seen[-1] == "10" and os.environ["RAY_worker_niceness"] == "10"
     monkeypatch.delenv("RAY_worker_niceness")
     assert executors.connect("ray://head:10001")  # a cluster keeps the niceness its `ray start` chose
-    assert "RAY_worker_niceness" not in os.environ
+    assert seen[-1] is None
 
 
 def test_unplaceable_workers_fail_clearly_instead_of_hanging(tmp_path, ray_local):

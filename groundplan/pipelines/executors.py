@@ -15,12 +15,13 @@ in where the :class:`~groundplan.rollout.runner.EpisodeRunner` lives:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
@@ -213,12 +214,15 @@ def connect(address: str | None, cpus_needed: float = 0.0) -> bool:
         env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)}
         kwargs["runtime_env"] = {"env_vars": env_vars}
         kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpus_needed))
-        worker_niceness_for_local_ray()
+        with worker_niceness_for_local_ray():
+            ray.init(address=address, **kwargs)
+        return True
     ray.init(address=address, **kwargs)
     return True
 
 
-def worker_niceness_for_local_ray() -> None:
+@contextlib.contextmanager
+def worker_niceness_for_local_ray() -> Iterator[None]:
     """Run a local Ray's workers at normal priority unless ``RAY_worker_niceness`` says otherwise.
 
     Ray starts every worker process at nice 15 so the driver stays responsive, which suits workers that
@@ -226,8 +230,16 @@ def worker_niceness_for_local_ray() -> None:
     at nice 15 they lose the CPU to any normal-priority process on the machine, so a sweep beside another
     job runs far slower than the same sweep in one process, and a Ray Train worker beside an eval
     starved at about a fifth of a core (measured on this 2-core machine). Set before ``ray.init`` starts
-    the raylet, which reads it; a cluster started with ``ray start`` keeps its own setting."""
+    the raylet, which reads it; a cluster started with ``ray start`` keeps its own setting. Only the
+    ``ray.init`` inside the block sees it: the variable is restored afterwards, so it does not leak into
+    other Ray instances this process starts."""
+    previous = os.environ.get("RAY_worker_niceness")
     os.environ.setdefault("RAY_worker_niceness", "0")
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_worker_niceness", None)
 
 
 def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list[Any]:

@@ -16,6 +16,7 @@ MLflow store (default ``<output_dir>/mlruns/mlflow.db``); nothing goes to the wo
 from __future__ import annotations
 
 import logging
+import contextlib
 import os
 import shutil
 import tempfile
@@ -283,12 +284,11 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         if not ray.is_initialized():
             from groundplan.pipelines.executors import worker_niceness_for_local_ray
 
-            if not ray_address:
-                worker_niceness_for_local_ray()
             root = str(Path(__file__).resolve().parents[2])
-            ray.init(address=ray_address, num_cpus=None if ray_address else max(2, int(cfg.num_workers * cfg.cpus_per_worker) + 1),
-                     include_dashboard=False, log_to_driver=progress,
-                     runtime_env={"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}})
+            with worker_niceness_for_local_ray() if not ray_address else contextlib.nullcontext():
+                ray.init(address=ray_address, num_cpus=None if ray_address else max(2, int(cfg.num_workers * cfg.cpus_per_worker) + 1),
+                         include_dashboard=False, log_to_driver=progress,
+                         runtime_env={"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}})
             started = True
         try:
             trainer = TorchTrainer(
