@@ -121,3 +121,26 @@ def test_gymnasium_pointnav_env_passes_checker():
     assert env.observation_space.contains(obs) and info["shortest_m"] > 0
     obs, r, term, trunc, info = env.step(3)
     assert term and "success" in info
+
+
+def test_saynav_table_pairs_planners_on_the_same_houses():
+    """The README's SayNav comparisons: McNemar on SR and the paired SPL difference, on shared houses only."""
+    import importlib.util
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("saynav_table", root / "benchmarks" / "saynav_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+
+    def t(planner, house, sr, spl):
+        return SimpleNamespace(planner=planner, task_id=f"h{house}", seed=0, metrics={"sr": sr, "spl": spl})
+
+    traces = [t("Explore (no LLM)", k, 1.0, 0.2) for k in range(4)]
+    traces += [t("SayNav", 0, 1.0, 0.5), t("SayNav", 1, 1.0, 0.4), t("SayNav", 2, 0.0, 0.0), t("SayNav", 9, 1.0, 0.9)]
+    (line,) = table.paired_lines(traces)
+    assert "n=3 paired houses" in line  # house 9 has no Explore episode, house 3 no SayNav one
+    assert "only-SayNav 0 / only-reference 1" in line
+    assert "SPL difference +0.100" in line  # mean of (+0.3, +0.2, -0.2)
+    assert table.paired_lines([t("SayNav", 0, 1.0, 0.5)]) == []  # no reference planner: nothing to pair

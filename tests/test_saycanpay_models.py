@@ -95,18 +95,18 @@ def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
     registered source; batched and one-by-one scoring agree; the batch runs one forward pass."""
     from groundplan.grounding import AFFORDANCES
     from groundplan.grounding.saycanpay import CanPayModel
-    from groundplan.pipelines.train import _experiment, _register
+    from groundplan.pipelines.train import ensure_experiment, register_version
 
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
     mlflow.set_tracking_uri(uri)
-    _experiment("t", uri, tmp_path / "artifacts")
+    ensure_experiment("t", uri, tmp_path / "artifacts")
     with mlflow.start_run() as run:
         folder = model.save(tmp_path / "m")
         mlflow.log_artifacts(str(folder), artifact_path="model")
-        _register("can-test", f"{run.info.artifact_uri}/model", run.info.run_id, uri)
+        register_version("can-test", f"{run.info.artifact_uri}/model", run.info.run_id, uri)
     assert run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())  # not ./mlruns
     source = AFFORDANCES.get("saycanpay_learned")(can_model="models:/can-test/1", tracking_uri=uri, device="cpu")
     items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can"), ([], "done")] * 4

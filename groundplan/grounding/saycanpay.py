@@ -22,11 +22,8 @@ Grounding sources (registered in :mod:`groundplan.grounding`):
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
-import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,68 +214,10 @@ _LOAD_LOCK = threading.Lock()
 
 
 def resolve_model_folder(uri: str, tracking_uri: str | None = None) -> Path:
-    """A local folder for ``uri``: a folder as is, or an MLflow URI (``models:/name/version``,
-    ``runs:/id/path``, ...) downloaded once into the groundplan cache."""
-    if os.path.isdir(uri):
-        return Path(uri)
-    if ":/" not in uri:
-        raise MissingModelError(f"Can/Pay model '{uri}' is neither a folder nor an MLflow URI (models:/name/1)")
-    from groundplan.core.paths import cache_dir
+    """A local folder holding the Can/Pay model ``uri`` (folder or MLflow URI), see :mod:`groundplan.core.model_uri`."""
+    from groundplan.core.model_uri import resolve_model_folder as resolve
 
-    identity = uri
-    if uri.startswith("models:/"):
-        # resolve through our own client: mlflow's models:/ repository would consult the global
-        # default registry (a ./mlflow.db in the working directory), not ``tracking_uri``
-        source, identity = _model_version_source(uri, tracking_uri)
-        if source.startswith("file://"):
-            from urllib.parse import unquote, urlparse
-
-            source = unquote(urlparse(source).path)
-        if os.path.isdir(source):
-            return Path(source)
-        uri = source
-    immutable = identity != uri or uri.startswith("runs:/")
-    key = hashlib.sha256(f"{identity}|{tracking_uri}".encode()).hexdigest()[:16]
-    target = cache_dir() / "canpay" / key
-    if immutable and (target / _META).exists():
-        return target
-    import mlflow.artifacts
-
-    tmp = Path(str(target) + f".{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(tmp), tracking_uri=tracking_uri,
-                                                         registry_uri=tracking_uri))
-    except Exception as e:  # mlflow raises its own exception types
-        raise MissingModelError(f"cannot load Can/Pay model '{uri}' from MLflow ({tracking_uri or 'default store'}): {e}") from e
-    found = local if (local / _META).exists() else next((p.parent for p in local.rglob(_META)), None)
-    if found is None:
-        raise MissingModelError(f"'{uri}' holds no saved Can/Pay model ({_META} missing)")
-    shutil.rmtree(target, ignore_errors=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(found), str(target))
-    shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _model_version_source(uri: str, tracking_uri: str | None) -> tuple[str, str]:
-    """``models:/name/version`` (or ``models:/name/latest``) → (the version's artifact source, an identity
-    string of its run and source that keys the download cache)."""
-    from mlflow.tracking import MlflowClient
-
-    name, version = uri[len("models:/"):].rsplit("/", 1)
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    try:
-        if version == "latest":
-            versions = client.search_model_versions(f"name='{name}'")
-            if not versions:
-                raise LookupError(f"no versions of '{name}'")
-            mv = max(versions, key=lambda v: int(v.version))
-        else:
-            mv = client.get_model_version(name, version)
-    except Exception as e:  # mlflow raises its own exception types
-        raise MissingModelError(f"no registered model version '{uri}' in {tracking_uri or 'the default MLflow store'}: {e}") from e
-    return mv.source, f"{name}/{mv.version}|{mv.run_id}|{mv.source}|{mv.creation_timestamp}"
+    return resolve(uri, tracking_uri, marker=_META, what="Can/Pay model", cache="canpay")
 
 
 def load_model(uri: str, tracking_uri: str | None = None, device: str = "auto") -> CanPayModel:

@@ -229,7 +229,7 @@ def train_loop(config: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------ driver
-def _experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
+def ensure_experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
     """Use experiment ``name``, creating it with its artifacts under the output folder (a SQLite store's
     default artifact root is ./mlruns in the working directory)."""
     import mlflow
@@ -242,7 +242,7 @@ def _experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
     mlflow.set_experiment(name)
 
 
-def _register(name: str, source: str, run_id: str, tracking_uri: str):
+def register_version(name: str, source: str, run_id: str, tracking_uri: str):
     """A new version of registered model ``name`` whose files are the run's ``model`` artifact folder.
 
     MLflow 3's ``register_model("runs:/...")`` only accepts flavour-logged models; the Can/Pay folder is
@@ -273,7 +273,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     tracking_uri = tracking_uri_for(cfg)
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    _experiment(cfg.experiment, tracking_uri, run_root.parent / "mlruns" / "artifacts")
+    ensure_experiment(cfg.experiment, tracking_uri, run_root.parent / "mlruns" / "artifacts")
     with mlflow.start_run(run_name=cfg.name) as run:
         params = {k: v for k, v in flatten(cfg.model_dump()).items() if k != "data"}
         params["data"] = ",".join(cfg.data)[:500]
@@ -323,7 +323,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
 
         best = json.loads((model_dir / "canpay.json").read_text())["meta"]
         mlflow.log_metrics({f"best.{k}": float(v) for k, v in best.items() if isinstance(v, (int, float))})
-        version = _register(cfg.name, f"{run.info.artifact_uri}/model", run.info.run_id, tracking_uri)
+        version = register_version(cfg.name, f"{run.info.artifact_uri}/model", run.info.run_id, tracking_uri)
     uri = f"models:/{cfg.name}/{version.version}"
     log.info("registered %s (run %s) in %s", uri, run.info.run_id, tracking_uri)
     return TrainResult(model_uri=uri, version=int(version.version), run_id=run.info.run_id, tracking_uri=tracking_uri,

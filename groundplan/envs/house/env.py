@@ -106,7 +106,12 @@ class HouseEnv(Env):
             fov_deg=c.fov_deg, large_range=c.large_range, small_range=c.small_range, found_radius=c.found_radius,
             position_noise=c.position_noise if c.perception == "noisy" else 0.0,
             miss_prob=c.miss_prob if c.perception == "noisy" else 0.0, hide_ids=c.perception == "noisy")
-        self.navigator = AStarNavigator(tolerance_m=c.nav_tolerance)
+        if c.navigator == "learned":
+            from groundplan.envs.house.learned_nav import LearnedNavigator
+
+            self.navigator: Any = LearnedNavigator(str(c.navigator_model), c.navigator_tracking_uri)
+        else:
+            self.navigator = AStarNavigator(tolerance_m=c.nav_tolerance)
         self._tasks: list[Task] | None = None
         self.sim: HouseSim | None = None
         self.task: Task | None = None

@@ -27,15 +27,24 @@ class HouseConfig(BaseModel):
                                                "GT graph); 'noisy': jittered positions, missed detections, no ids (VO)")
     position_noise: float = Field(0.15, ge=0, description="noisy mode: position std (m) at 0 m, growing with distance")
     miss_prob: float = Field(0.15, ge=0, le=1, description="noisy mode: chance a visible object is not detected")
-    navigator: Literal["astar"] = Field("astar", description="point-goal navigator that executes 'navigate to (x, z)': "
-                                        "'astar' is SayNav's OrNav (shortest path on the map)")
-    nav_tolerance: float = Field(0.3, gt=0, description="a navigate step succeeds within this distance of the goal cell (m)")
+    navigator: Literal["astar", "learned"] = Field("astar", description="point-goal navigator that executes "
+                                                   "'navigate to (x, z)': 'astar' is SayNav's OrNav (shortest path on "
+                                                   "the map); 'learned' the RLlib policy of ``navigator_model`` (Sec. 3.5)")
+    navigator_model: str | None = Field(None, description="learned navigator: MLflow URI or folder of the policy "
+                                        "trained by `groundplan train configs/train_pointnav_house.yaml`, e.g. "
+                                        "'models:/pointnav-house/1'")
+    navigator_tracking_uri: str | None = Field(None, description="MLflow registry that resolves a 'models:/' "
+                                               "navigator_model (e.g. 'sqlite:///outputs/train/mlruns/mlflow.db')")
+    nav_tolerance: float = Field(0.3, gt=0, description="A* navigator: a navigate step succeeds within this distance "
+                                 "of the goal cell (m); the learned one uses the radius it was trained for")
     render_frames: bool = Field(False, description="render a top-down frame after every step (for traces and the viewer)")
 
     @model_validator(mode="after")
     def _check(self) -> "HouseConfig":
         if self.min_rooms > self.max_rooms:
             raise ValueError(f"min_rooms ({self.min_rooms}) > max_rooms ({self.max_rooms})")
+        if self.navigator == "learned" and not self.navigator_model:
+            raise ValueError("navigator: learned needs navigator_model (e.g. 'models:/pointnav-house/1')")
         bad = [s for s in self.splits if s not in ("train", "val", "test")]
         if bad or not self.splits:
             raise ValueError(f"splits must be non-empty, from train/val/test, got {list(self.splits)}")

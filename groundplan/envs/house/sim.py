@@ -83,12 +83,13 @@ class HouseSim:
     """State and physics of one episode in one house."""
 
     def __init__(self, house: House, start: tuple[float, float, float], params: PerceptionParams,
-                 rng: np.random.Generator, turn_deg: float = 30.0, max_steps: int = 1000) -> None:
+                 rng: np.random.Generator, turn_deg: float = 30.0, max_steps: int = 1000, perceive: bool = True) -> None:
         self.house = house
         self.params = params
         self.rng = rng
         self.turn_deg = turn_deg
         self.max_steps = max_steps
+        self.perceive = perceive  # False: motion only (point-goal training needs no detections)
         self.agent = AgentState(start[0], start[1], start[2], path=[(start[0], start[1])])
         #: obj_id -> simulator step at which each object was first seen within ``found_radius``
         self.seen_close: dict[int, int] = {}
@@ -135,6 +136,8 @@ class HouseSim:
     # ------------------------------------------------------------------ perception
     def observe(self) -> list[Detection]:
         """Objects and doors in range, in the field of view and not behind a wall, from the current pose."""
+        if not self.perceive:
+            return []
         a, p = self.agent, self.params
         room = self.room()
         out: list[Detection] = []
@@ -252,8 +255,9 @@ def astar(house: House, start: tuple[int, int], goal: tuple[int, int], extra: np
     return None
 
 
-def distance_field(house: House, sources: list[tuple[int, int]]) -> np.ndarray:
-    """Geodesic distance in metres (8-connected, no corner cutting) from the nearest source cell."""
+def distance_field(house: House, sources: list[tuple[int, int]], extra: np.ndarray | None = None) -> np.ndarray:
+    """Geodesic distance in metres (8-connected, no corner cutting) from the nearest source cell; with
+    ``extra`` (per-cell added cost in cells, e.g. :func:`clearance_cost`) a cost field rather than a distance."""
     W, H = house.grid.shape
     walk = np.isin(house.grid, (FREE, DOOR))
     dist = np.full((W, H), np.inf)
@@ -274,7 +278,7 @@ def distance_field(house: House, sources: list[tuple[int, int]]) -> np.ndarray:
                 continue
             if di and dj and not (walk[ci + di, cj] and walk[ci, cj + dj]):
                 continue
-            nd = d + c
+            nd = d + c + (extra[ni, nj] if extra is not None else 0.0)
             if nd < dist[ni, nj]:
                 dist[ni, nj] = nd
                 heapq.heappush(heap, (nd, (ni, nj)))
