@@ -247,8 +247,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         res = run_train_pointnav(load_pointnav_config(args.config, list(args.set or [])), progress=not args.no_progress)
         m = res.metrics
         console.print(f"registered {res.model_uri} in {res.tracking_uri}; files: {res.model_dir}\n"
-                      f"held-out point-goal episodes (n={int(m['val_n'])}): learned SR {100 * m['val_sr']:.1f}% "
-                      f"[{100 * m['val_sr_lo']:.1f}, {100 * m['val_sr_hi']:.1f}] SPL {m['val_spl']:.3f}; "
+                      f"test point-goal episodes (n={int(m['test_n'])}): learned SR {100 * m['test_sr']:.1f}% "
+                      f"[{100 * m['test_sr_lo']:.1f}, {100 * m['test_sr_hi']:.1f}] SPL {m['test_spl']:.3f}; "
                       f"A* SR {100 * m['astar_sr']:.1f}% SPL {m['astar_spl']:.3f}", markup=False)
         return 0
     result = run_train(load_train_config(args.config, list(args.set or [])), progress=not args.no_progress)

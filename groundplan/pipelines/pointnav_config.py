@@ -12,7 +12,9 @@ class PointNavTrainConfig(BaseModel):
     Round 0 clones ``expert_episodes`` expert demonstrations. Each DAgger round rolls out the current
     policy (the expert acts instead with probability ``dagger_beta``, halved every round), labels every
     visited state with the expert's action, adds them to the data and trains again on all of it (Ross et
-    al. 2011). After every round the policy is scored on held-out houses; the best round is registered.
+    al. 2011). After every round the policy is scored on held-out houses (``eval_seeds``) and the best
+    round is kept; it, the A* navigator and the expert are then reported on other houses (``test_seeds``),
+    so the reported figures are not the ones the choice was made on.
     Defaults are sized to train in a few minutes on 2 CPU cores."""
 
     model_config = ConfigDict(extra="forbid")
@@ -25,8 +27,10 @@ class PointNavTrainConfig(BaseModel):
                                      "expert; with dagger_rounds > 0 it is DAgger, as in the paper)")
     train_seeds: tuple[int, int] = Field((0, 50000), description="half-open range of house seeds for training "
                                          "(the house env's train split; its test split starts at 200000)")
-    eval_seeds: tuple[int, int] = Field((100000, 101000), description="half-open range of held-out house seeds for "
-                                        "the policy's point-goal evaluation (the house env's val split)")
+    eval_seeds: tuple[int, int] = Field((100000, 101000), description="half-open range of held-out house seeds that "
+                                        "score every round to pick the best one (the house env's val split)")
+    test_seeds: tuple[int, int] = Field((300000, 301000), description="half-open range of house seeds, used nowhere "
+                                        "else, on which the picked policy, A* and the expert are reported")
     min_rooms: int = Field(3, ge=2, le=12, description="fewest rooms per training house")
     max_rooms: int = Field(10, ge=2, le=12, description="most rooms per training house")
     success_radius: float = Field(0.5, gt=0, le=2.0, description="a stop within this distance (m) of the goal succeeds")
@@ -47,7 +51,8 @@ class PointNavTrainConfig(BaseModel):
     action: Literal["greedy", "sample"] = Field("sample", description="how the policy acts, in evaluation and in "
                                                 "the house env: its most likely action, or one drawn from its "
                                                 "distribution (breaks the loops a memoryless greedy policy falls into)")
-    eval_episodes: int = Field(200, ge=1, description="held-out point-goal episodes per evaluation")
+    eval_episodes: int = Field(200, ge=1, description="point-goal episodes per evaluation (each round's on "
+                               "eval_seeds, the final report on test_seeds)")
     num_env_workers: int = Field(2, ge=1, description="Ray tasks that roll out episodes in parallel")
     seed: int = Field(0, ge=0, description="seeds episode sampling and DAgger's expert coin")
     output_dir: str = Field("outputs/train", description="<output_dir>/<name>/ holds the data and the model; the "
@@ -57,13 +62,16 @@ class PointNavTrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "PointNavTrainConfig":
-        for field in ("train_seeds", "eval_seeds"):
-            lo, hi = getattr(self, field)
+        ranges = {f: getattr(self, f) for f in ("train_seeds", "eval_seeds", "test_seeds")}
+        for field, (lo, hi) in ranges.items():
             if not 0 <= lo < hi:
                 raise ValueError(f"{field} must be a non-empty range [lo, hi) with lo >= 0, got {[lo, hi]}")
-        (a, b), (c, d) = self.train_seeds, self.eval_seeds
-        if a < d and c < b:
-            raise ValueError(f"train_seeds {[a, b]} and eval_seeds {[c, d]} overlap: evaluation must use held-out houses")
+        names = list(ranges)
+        for i, f in enumerate(names):
+            for g in names[i + 1:]:
+                (a, b), (c, d) = ranges[f], ranges[g]
+                if a < d and c < b:
+                    raise ValueError(f"{f} {[a, b]} and {g} {[c, d]} overlap: selection and report need held-out houses")
         if self.min_rooms > self.max_rooms:
             raise ValueError(f"min_rooms ({self.min_rooms}) > max_rooms ({self.max_rooms})")
         return self

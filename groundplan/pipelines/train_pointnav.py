@@ -7,11 +7,13 @@ The driver here:
    :class:`~groundplan.envs.house.gym_env.HousePointNavEnv` with Ray tasks in parallel, and writes
    (obs, expert action, ...) rows to Parquet in RLlib's column format;
 2. trains RLlib's ``BC`` (new API stack: Ray Data feeds the Learner) on all rows so far;
-3. scores the policy on held-out houses (point-goal SR and SPL, with 95% intervals) against the map's
-   A* navigator (SayNav's OrNav) on the same episodes;
+3. scores the policy on held-out houses (point-goal SR and SPL, with 95% intervals) to pick the best
+   round;
 4. for each DAgger round, rolls out the current policy (the expert acts with probability β), labels
    every visited state with the expert's action, adds the rows and goes back to 2;
-5. logs params, per-round metrics and the dataset counts to MLflow, saves the best round's RLModule
+5. reports the picked policy against the map's A* navigator (SayNav's OrNav) and the expert on the
+   same episodes of other held-out houses;
+6. logs params, per-round metrics and the dataset counts to MLflow, saves the best round's RLModule
    with ``pointnav.json`` and registers it (``models:/pointnav-house/<version>``), which the house env
    loads with ``navigator: learned``.
 """
@@ -23,7 +25,6 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +32,11 @@ import numpy as np
 
 from groundplan.core.stats import wilson_interval
 from groundplan.pipelines.pointnav_config import PointNavTrainConfig
+from groundplan.pipelines.train import TrainResult
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ("eps_id", "obs", "actions", "rewards", "new_obs", "terminateds", "truncateds")
-
-
-@dataclass
-class PointNavTrainResult:
-    model_uri: str
-    version: int
-    run_id: str
-    tracking_uri: str
-    model_dir: Path
-    metrics: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)
 
 
 def load_pointnav_config(path: str | Path, overrides: list[str] | None = None) -> PointNavTrainConfig:
@@ -221,9 +212,29 @@ def train_round(cfg: PointNavTrainConfig, files: list[str], progress: bool) -> t
     return config.get_rl_module_spec(), weights, loss
 
 
+def episode_seeds(seed_range: tuple[int, int], n: int, seed: int) -> list[int]:
+    """``n`` distinct episode seeds from ``seed_range`` (each picks a house, a start and a goal)."""
+    lo, hi = seed_range
+    return [int(s) for s in np.random.default_rng(seed).choice(np.arange(lo, hi), size=min(n, hi - lo), replace=False)]
+
+
+def test_report(cfg: PointNavTrainConfig, policy: Any) -> dict[str, float]:
+    """The chosen policy, the map's A* navigator and the expert on the same ``test_seeds`` episodes:
+    ``test_*``, ``astar_*`` and ``expert_*`` SR and SPL with their intervals."""
+    seeds = episode_seeds(cfg.test_seeds, cfg.eval_episodes, cfg.seed + 2)
+    _, learned = parallel_rollouts(cfg, seeds, cfg.test_seeds, policy=policy, beta=0.0, record=False,
+                                   rng_seed=cfg.seed + 11, sample=cfg.action == "sample")
+    _, astar = parallel_rollouts(cfg, seeds, cfg.test_seeds, astar=True)
+    _, expert = parallel_rollouts(cfg, seeds, cfg.test_seeds, record=False)
+    report = {**summarize(learned, "test"), **summarize(astar, "astar"), **summarize(expert, "expert")}
+    log.info("test (n=%d): learned SR %.3f SPL %.3f; A* SR %.3f SPL %.3f", len(seeds), report["test_sr"],
+             report["test_spl"], report["astar_sr"], report["astar_spl"])
+    return report
+
+
 # ------------------------------------------------------------------------------------ driver
 def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_address: str | None = None
-                       ) -> PointNavTrainResult:
+                       ) -> TrainResult:
     """See the module docstring."""
     import mlflow
     import ray
@@ -242,8 +253,7 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
     ensure_experiment(cfg.experiment, tracking_uri, Path(cfg.output_dir).resolve() / "mlruns" / "artifacts")
     rng = np.random.default_rng(cfg.seed)
     lo, hi = cfg.train_seeds
-    eval_seeds = [int(s) for s in np.random.default_rng(cfg.seed + 1).choice(
-        np.arange(*cfg.eval_seeds), size=min(cfg.eval_episodes, cfg.eval_seeds[1] - cfg.eval_seeds[0]), replace=False)]
+    eval_seeds = episode_seeds(cfg.eval_seeds, cfg.eval_episodes, cfg.seed + 1)
     # connect() gives a local Ray at least this many logical CPUs: the rollout tasks plus RLlib's learner
     # and Ray Data's pre-learner actor
     started = connect(ray_address, cpus_needed=cfg.num_env_workers + 2)
@@ -252,12 +262,6 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
         with mlflow.start_run(run_name=cfg.name) as run:
             mlflow.log_params({k: str(v)[:500] for k, v in flatten(cfg.model_dump()).items()})
             t0 = time.perf_counter()
-            _, astar_stats = parallel_rollouts(cfg, eval_seeds, cfg.eval_seeds, astar=True)
-            _, expert_stats = parallel_rollouts(cfg, eval_seeds, cfg.eval_seeds, record=False)
-            reference = {**summarize(astar_stats, "astar"), **summarize(expert_stats, "expert")}
-            mlflow.log_metrics(reference)
-            log.info("A* on %d held-out episodes: SR %.3f SPL %.3f", len(eval_seeds), reference["astar_sr"],
-                     reference["astar_spl"])
             files: list[str] = []
             best: tuple[tuple[float, float], Any, Any, dict[str, float]] | None = None
             policy = None
@@ -287,12 +291,14 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
                     best = (key, spec, weights, metrics)
             assert best is not None
             _, spec, weights, metrics = best
+            report = test_report(cfg, (spec, weights))
+            mlflow.log_metrics(report)
             model_dir = run_root / "model"
             shutil.rmtree(model_dir, ignore_errors=True)
             module = spec.build()
             module.set_state(weights)
             module.save_to_path(str(model_dir / MODULE_DIR))
-            final = {**reference, **{k: v for k, v in metrics.items()}, "train_s": time.perf_counter() - t0}
+            final = {**report, **metrics, "train_s": time.perf_counter() - t0}
             meta = {"success_radius": cfg.success_radius, "algorithm": cfg.algorithm, "action": cfg.action, "rounds": cfg.dagger_rounds + 1,
                     "best_round": int(metrics["round"]), "features": "pointnav_features v2 (goal, 24 ranges to 5 m, prev action)",
                     "metrics": final, "config": cfg.model_dump(mode="json")}
@@ -305,5 +311,5 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
             ray.shutdown()
     uri = f"models:/{cfg.name}/{version.version}"
     log.info("registered %s (run %s) in %s", uri, run.info.run_id, tracking_uri)
-    return PointNavTrainResult(model_uri=uri, version=int(version.version), run_id=run.info.run_id,
-                               tracking_uri=tracking_uri, model_dir=model_dir, metrics=final, history=history)
+    return TrainResult(model_uri=uri, version=int(version.version), run_id=run.info.run_id,
+                       tracking_uri=tracking_uri, model_dir=model_dir, metrics=final, history=history)
