@@ -169,7 +169,7 @@ def test_episode_in_the_kitchen_with_oracle_can(tmp_path):
     assert trace.execution_success
 
 
-@pytest.mark.parametrize("env", ["kitchen", "babyai", "hanoi", "blocks"])
+@pytest.mark.parametrize("env", ["kitchen", "babyai", "hanoi", "blocks", "virtualhome"])
 def test_eval_configs_load_with_every_row(env):
     from groundplan.config import load_config
     from groundplan.planners.saycanpay import SayCanPayConfig
