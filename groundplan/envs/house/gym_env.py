@@ -27,6 +27,7 @@ from groundplan.envs.house.sim import (
     PerceptionParams,
     clearance_cost,
     distance_field,
+    forward_target,
     nearest_free_cell,
 )
 
@@ -93,11 +94,9 @@ def expert_action(house: House, cost: np.ndarray, x: float, z: float, heading: f
     # not move the agent, so the choice stays the same until it faces that heading: no oscillation
     best_h, best_score = None, math.inf
     for k in range(int(360 / TURN_DEG)):
-        h = (heading + k * TURN_DEG) % 360.0
-        rad = math.radians(h)
-        nx, nz = x + CELL * math.cos(rad), z + CELL * math.sin(rad)
-        if not all(house.free(int((x + (nx - x) * t) // CELL), int((z + (nz - z) * t) // CELL)) for t in (0.5, 1.0)):
-            continue  # the simulator's own blocking test (HouseSim.forward)
+        nx, nz = forward_target(house, x, z, (heading + k * TURN_DEG) % 360.0)
+        if nx is None:
+            continue  # blocked that way
         turns = min(k, int(360 / TURN_DEG) - k)
         score = math.hypot(tx - nx, tz - nz) + 0.02 * turns
         if score < best_score:

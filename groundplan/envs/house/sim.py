@@ -79,6 +79,18 @@ def line_of_sight(house: House, a: tuple[float, float], b: tuple[float, float]) 
     return True
 
 
+def forward_target(house: House, x: float, z: float, heading: float, dist: float = CELL
+                   ) -> tuple[float, float] | tuple[None, None]:
+    """Where a forward move of ``dist`` along ``heading`` ends, or (None, None) when its midpoint or end
+    lies on a wall or furniture: the simulator's motion rule, shared with the point-goal expert."""
+    rad = math.radians(heading)
+    nx, nz = x + dist * math.cos(rad), z + dist * math.sin(rad)
+    for t in (0.5, 1.0):
+        if not house.free(int((x + (nx - x) * t) // CELL), int((z + (nz - z) * t) // CELL)):
+            return None, None
+    return nx, nz
+
+
 class HouseSim:
     """State and physics of one episode in one house."""
 
@@ -113,12 +125,9 @@ class HouseSim:
         """Move ``dist`` along the heading unless the segment hits a wall or furniture."""
         a = self.agent
         a.steps += 1
-        rad = math.radians(a.heading)
-        nx, nz = a.x + dist * math.cos(rad), a.z + dist * math.sin(rad)
-        for t in (0.5, 1.0):
-            px, pz = a.x + (nx - a.x) * t, a.z + (nz - a.z) * t
-            if not self.house.free(int(px // CELL), int(pz // CELL)):
-                return False, self.observe()
+        nx, nz = forward_target(self.house, a.x, a.z, a.heading, dist)
+        if nx is None:
+            return False, self.observe()
         a.x, a.z = nx, nz
         a.path_m += dist
         a.path.append((nx, nz))
