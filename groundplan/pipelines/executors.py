@@ -196,18 +196,19 @@ class RayExecutor:
         await asyncio.gather(*(lane() for _ in range(in_flight)))
 
 
-def connect(address: str | None, cpus_needed: float = 0.0) -> bool:
+def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool = False) -> bool:
     """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it.
 
     A local Ray gets at least ``cpus_needed`` logical CPUs: actors' ``num_cpus`` are scheduling
     reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU runners) would
-    otherwise leave runners unschedulable and the sweep waiting forever."""
+    otherwise leave runners unschedulable and the sweep waiting forever. ``log_to_driver`` forwards the
+    workers' output (Ray Train's progress bars) to this process."""
     import ray
 
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": log_to_driver}
     if address is None:
         # local Ray: actors must import groundplan (and test helpers) from this checkout
         root = str(Path(__file__).resolve().parents[2])

@@ -16,8 +16,6 @@ MLflow store (default ``<output_dir>/mlruns/mlflow.db``); nothing goes to the wo
 from __future__ import annotations
 
 import logging
-import contextlib
-import os
 import shutil
 import tempfile
 import time
@@ -280,16 +278,11 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         params["delta"] = cfg.resolved_delta
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         mlflow.log_metrics({f"data.{k}": float(v) for k, v in counts.items()})
-        started = False
-        if not ray.is_initialized():
-            from groundplan.pipelines.executors import worker_niceness_for_local_ray
+        from groundplan.pipelines.executors import connect
 
-            root = str(Path(__file__).resolve().parents[2])
-            with worker_niceness_for_local_ray() if not ray_address else contextlib.nullcontext():
-                ray.init(address=ray_address, num_cpus=None if ray_address else max(2, int(cfg.num_workers * cfg.cpus_per_worker) + 1),
-                         include_dashboard=False, log_to_driver=progress,
-                         runtime_env={"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}})
-            started = True
+        # the trainer's workers plus its controller actor
+        started = connect(ray_address, cpus_needed=max(2, cfg.num_workers * cfg.cpus_per_worker + 1),
+                          log_to_driver=progress)
         try:
             trainer = TorchTrainer(
                 train_loop,
