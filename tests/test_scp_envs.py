@@ -179,3 +179,55 @@ def test_babyai_bot_lifted_or_oracle_fallback():
             obs = env.execute(a).observation
         assert env.check_goal().success, family
         assert expert.source in ("babyai_bot", "babyai_oracle")
+
+
+# ------------------------------------------------------------------------------------ symbolic models
+@pytest.mark.parametrize("name", ["hanoi", "blocks_bowls"])
+def test_symbolic_model_agrees_with_the_physics(name):
+    """The rules the oracle Can checks (``Env.symbolic_model``) give the same verdict as the PyBullet
+    execution, noise-free, on every step of random action sequences, and the same goal verdict."""
+    pytest.importorskip("pybullet")
+    import random
+
+    env = ENVS.get(name)(split="test", test_size=3, train_size=5, place_noise_std=0.0)
+    assert env.capabilities.symbolic_model
+    rng = random.Random(0)
+    verdicts = []
+    for task in env.tasks()[:2]:
+        rules = env.symbolic_model(task)
+        obs, state = env.reset(task, 0), rules.initial()
+        for _ in range(10):
+            action = rng.choice([s for s in obs.skills if s != env.done_skill])
+            result, after = env.execute(action), rules.step(state, action)
+            verdicts.append(result.success)
+            assert result.success == (after is not None), (task.task_id, action, result.feedback)
+            state = after if after is not None else state
+            obs = result.observation
+            assert env.check_goal().success == rules.goal_holds(state)
+        assert rules.step(state, "put the nothing in rod 9") is None
+    env.close()
+    assert any(verdicts) and not all(verdicts)  # both verdicts were exercised
+
+
+def test_oracle_can_uses_the_declared_symbolic_model():
+    pytest.importorskip("pybullet")
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.grounding import AFFORDANCES
+
+    oracle = AFFORDANCES.get("saycanpay_oracle")(env="hanoi", env_options={"test_size": 2, "train_size": 5})
+    assert oracle.symbolic
+    env = ENVS.get("hanoi")(split="test", test_size=2, train_size=5)
+    task = env.tasks()[0]
+    oracle.reset(task, 0)
+    plan = list(task.reference_plan)
+    items = [(plan[:t], plan[t]) for t in range(len(plan))] + [((), "done"), ((), plan[-2] if len(plan) > 2 else "x")]
+    can = oracle.score_sequences(task.instruction, "", items).can
+    assert list(can[: len(plan)]) == [1.0] * len(plan)  # the expert plan is feasible, done at its end too
+    assert can[len(plan)] == 0.0  # done before the goal holds
+    simulator = AFFORDANCES.get("saycanpay_oracle")(env="hanoi", feasibility="simulator",
+                                                    env_options={"test_size": 2, "train_size": 5, "place_noise_std": 0.0})
+    simulator.reset(task, 0)
+    assert list(simulator.score_sequences(task.instruction, "", items).can) == list(can)
+    with pytest.raises(InvalidInputError, match="no symbolic model"):
+        AFFORDANCES.get("saycanpay_oracle")(env="kitchen", feasibility="symbolic")
+    env.close()

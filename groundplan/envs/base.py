@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Protocol, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
@@ -39,6 +39,24 @@ class EnvCapabilities:
     table_measures: tuple[str, ...] = ()
     #: camera names of the frames :meth:`Env.frames` returns (empty: it renders nothing)
     cameras: tuple[str, ...] = ()
+    #: :meth:`Env.symbolic_model` gives the env's rules over a small symbolic state (noise-free), so an
+    #: oracle can check action sequences without running the simulator (e.g. physics)
+    symbolic_model: bool = False
+
+
+class SymbolicModel(Protocol):
+    """An env's rules for one task, without its simulator: the start state, each action's preconditions
+    and effect, and the goal. It must agree with the env's own ``execute`` / ``check_goal`` when no noise
+    is drawn (each env's tests check that on sampled action sequences)."""
+
+    def initial(self) -> Hashable:
+        """The task's start state."""
+
+    def step(self, state: Hashable, action: str) -> Hashable | None:
+        """The state after ``action``, or None when its preconditions fail in ``state``."""
+
+    def goal_holds(self, state: Hashable) -> bool:
+        """Whether the task's goal holds in ``state``."""
 
 
 class Env(ABC):
@@ -76,6 +94,11 @@ class Env(ABC):
         off and check the goal. This operationalises SayCan's "plan success" (the right skills, in a
         valid order) without human raters. Only envs that declare ``capabilities.can_replay``."""
         raise NotImplementedError(f"{type(self).__name__} cannot replay plans")
+
+    def symbolic_model(self, task: Task) -> SymbolicModel:
+        """The rules of ``task`` as a :class:`SymbolicModel` (envs that declare
+        ``capabilities.symbolic_model``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no symbolic model")
 
     def frames(self) -> list[Any]:
         """Recent camera frames, ``{"step": int, "camera": str, "rgb": HxWx3 uint8}`` (envs that declare

@@ -142,6 +142,11 @@ class OracleCanPayOptions(BaseModel):
     env: str = Field(description="Registered env to replay in (e.g. 'kitchen').")
     env_options: dict[str, Any] = Field(default_factory=dict, description="Options of that env (noise off is "
                                         "best, e.g. kitchen mode=language).")
+    feasibility: Literal["auto", "symbolic", "simulator"] = Field(
+        "auto", description="How sequences are checked: 'symbolic' by the env's declared symbolic model "
+        "(its rules over a small state, e.g. Hanoi's legal moves: microseconds), 'simulator' by replaying "
+        "them in the env (e.g. PyBullet pick-and-place: seconds), 'auto' symbolic when the env declares "
+        "one (capabilities.symbolic_model), else the simulator.")
     pay_model: str | None = Field(None, description="A learned Pay model URI or folder (None: p_pay = 1).")
     tracking_uri: str | None = Field(None, description="MLflow URI that resolves 'models:/' URIs.")
     batch_size: int = Field(256, ge=1, description="Most Pay inputs per forward pass.")

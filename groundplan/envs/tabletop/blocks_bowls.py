@@ -27,7 +27,7 @@ import numpy as np
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
-from groundplan.envs.tabletop.ravens import RavensTaskEnv
+from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.scp_options import SPLITS, BlocksBowlsConfig
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
 from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
@@ -129,7 +129,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
     name = "blocks_bowls"
     families = FAMILIES
     done_skill = DONE
-    capabilities = EnvCapabilities(measures=("picks", "sim_steps"))
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps"), symbolic_model=True)
 
     def __init__(self, **options: Any) -> None:
         self.config: BlocksBowlsConfig = validate_options(BlocksBowlsConfig, options, "blocks_bowls env options")
@@ -168,7 +168,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
     def execute(self, skill: str) -> StepResult:
         if self._task is None:
             raise RuntimeError("call reset(task, seed) first")
-        s = " ".join(skill.strip().lower().rstrip(".").split())
+        s = normalise_skill(skill)
         if s == DONE:
             return StepResult(True, "done", self._observe())
         m = _ACTION.match(s)
@@ -191,6 +191,9 @@ class BlocksBowlsEnv(RavensTaskEnv):
         info = {"block": block, "bowl": bowl, "grasped": result.grasped, "sim_steps": result.sim_steps}
         return StepResult(ok, self._landed(block, f"the {bowl}", ok, result.grasped), self._observe(), info=info)
 
+    def symbolic_model(self, task: Task) -> "BlocksBowlsRules":
+        return BlocksBowlsRules(task)
+
     def check_goal(self) -> GoalResult:
         if self._task is None:
             raise RuntimeError("call reset(task, seed) first")
@@ -209,6 +212,38 @@ class BlocksBowlsEnv(RavensTaskEnv):
         inside = [f"The {b} is in the {w}." for w, bs in contents.items() for b in bs]
         text = " ".join([text, *inside])
         return Observation(skills=self.skills(), state={"contents": contents}, text=text, images=self._images())
+
+
+class BlocksBowlsRules:
+    """The task's rules for one task (:class:`~groundplan.envs.base.SymbolicModel`): the state is the bowl
+    each block is in (-1: on the table, as every block starts); a placement needs a known block and bowl,
+    the block not already in that bowl and a free slot there, as :meth:`BlocksBowlsEnv.execute` checks."""
+
+    def __init__(self, task: Task) -> None:
+        st = task.start_state or {}
+        self.blocks: list[str] = list(st["blocks"])
+        self.bowls: list[str] = list(st["bowls"])
+        self.goal = task.goal
+
+    def initial(self) -> tuple[int, ...]:
+        return (-1,) * len(self.blocks)
+
+    def step(self, state: tuple[int, ...], action: str) -> tuple[int, ...] | None:
+        s = normalise_skill(action)
+        if s == DONE:
+            return state
+        m = _ACTION.match(s)
+        if m is None or m.group(1) not in self.blocks or m.group(2) not in self.bowls:
+            return None
+        block, bowl = self.blocks.index(m.group(1)), self.bowls.index(m.group(2))
+        if state[block] == bowl or state.count(bowl) >= len(SLOTS):
+            return None
+        return tuple(bowl if i == block else w for i, w in enumerate(state))
+
+    def goal_holds(self, state: tuple[int, ...]) -> bool:
+        g = self.goal
+        return all(w >= 0 and self.bowls[w].startswith(g["bowl_colour"] + " ")
+                   for b, w in zip(self.blocks, state) if b.startswith(g["block_colour"] + " "))
 
 
 class BlocksBowlsOracle:

@@ -30,7 +30,7 @@ import pybullet as pb
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
-from groundplan.envs.tabletop.ravens import RavensTaskEnv
+from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.scp_options import SPLITS, HanoiConfig
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
 
@@ -189,7 +189,7 @@ class HanoiEnv(RavensTaskEnv):
     name = "hanoi"
     families = FAMILIES
     done_skill = DONE
-    capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"))
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"), symbolic_model=True)
 
     def __init__(self, **options: Any) -> None:
         self.config: HanoiConfig = validate_options(HanoiConfig, options, "hanoi env options")
@@ -239,7 +239,7 @@ class HanoiEnv(RavensTaskEnv):
     def execute(self, skill: str) -> StepResult:
         if self._task is None:
             raise RuntimeError("call reset(task, seed) first")
-        s = " ".join(skill.strip().lower().rstrip(".").split())
+        s = normalise_skill(skill)
         if s == DONE:
             return StepResult(True, "done", self._observe())
         m = _ACTION.match(s)
@@ -267,6 +267,9 @@ class HanoiEnv(RavensTaskEnv):
                 "final_xyz": [round(v, 4) for v in self.world.position(name)]}
         return StepResult(ok, self._landed(name, f"rod {r + 1}", ok, result.grasped), self._observe(), info=info)
 
+    def symbolic_model(self, task: Task) -> "HanoiRules":
+        return HanoiRules(task)
+
     def check_goal(self) -> GoalResult:
         if self._task is None:
             raise RuntimeError("call reset(task, seed) first")
@@ -284,6 +287,36 @@ class HanoiEnv(RavensTaskEnv):
         stacks = self.stacks()
         return Observation(skills=self.skills(), state={"stacks": stacks, "colours": list(self.colours)},
                            text=describe(self.colours, stacks), images=self._images())
+
+
+class HanoiRules:
+    """The puzzle's rules for one task (:class:`~groundplan.envs.base.SymbolicModel`): the state is the rod
+    of each disk, a move is legal as in :func:`legal_moves` (top disk only, never onto a smaller disk or
+    its own rod), the same checks :meth:`HanoiEnv.execute` makes on the physical state."""
+
+    def __init__(self, task: Task) -> None:
+        st = task.start_state or {}
+        self.colours: list[str] = list(st["colours"])
+        self.start: State = tuple(int(r) for r in st["rods"])
+        self.goal = task.goal
+
+    def initial(self) -> State:
+        return self.start
+
+    def step(self, state: State, action: str) -> State | None:
+        s = normalise_skill(action)
+        if s == DONE:
+            return state
+        m = _ACTION.match(s)
+        if m is None or m.group(1) not in self.colours:
+            return None
+        disk, rod = self.colours.index(m.group(1)), int(m.group(2)) - 1
+        if (disk, rod) not in legal_moves(state, len(RODS)):
+            return None
+        return tuple(rod if i == disk else r for i, r in enumerate(state))
+
+    def goal_holds(self, state: State) -> bool:
+        return goal_holds(self.goal, state)
 
 
 class HanoiOracle:

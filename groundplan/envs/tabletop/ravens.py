@@ -14,6 +14,11 @@ from groundplan.envs.tabletop.scp_options import _RavensOptions
 from groundplan.envs.tabletop.world import TabletopWorld
 
 
+def normalise_skill(skill: str) -> str:
+    """A skill label as the Ravens tasks parse it: lower case, single spaces, no closing full stop."""
+    return " ".join(skill.strip().lower().rstrip(".").split())
+
+
 class RavensTaskEnv(Env):
     """Base of :class:`~.hanoi.HanoiEnv` and :class:`~.blocks_bowls.BlocksBowlsEnv`."""
 
