@@ -65,6 +65,8 @@ def _planner(lm, source=None, **opts):
 def test_edit_distance_and_nearest_action():
     assert edit_distance("kitten", "sitting") == 3
     assert nearest_action("pick up coke can", ACTIONS) == "pick up the coke can"
+    assert nearest_action("ab", ["xb", "ay", "ab"]) == "ab"
+    assert nearest_action("ab", ["ay", "xb"]) == "ay" and nearest_action("ab", ["xb", "ay"]) == "xb"  # ties: first
 
 
 def test_candidates_are_mapped_and_merged_keeping_the_best_say():
