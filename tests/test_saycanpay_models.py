@@ -75,6 +75,12 @@ def test_can_triples_and_pay_targets():
     assert "<Goal> g0 <Initial State> o <NXT> done" in premature
     assert "<Goal> g0 <Initial State> o <Step 1> a <NXT> done" in premature
     assert not any(t.endswith("<Step 2> b <NXT> done") for t in premature)  # there it is the expert's action
+    # repeating an earlier action of the trajectory is a zero-return negative from the same scene
+    repeats = {p.text for p in pay if p.target == 0.0 and "<Goal> g0" in p.text and p.text.endswith("<NXT> a")}
+    assert repeats == {"<Goal> g0 <Initial State> o <Step 1> a <NXT> a", "<Goal> g0 <Initial State> o <Step 1> a <Step 2> b <NXT> a"} \
+        or repeats == {"<Goal> g0 <Initial State> o <Step 1> a <NXT> a"}
+    again = pay_examples([_traj(3, ["p", "q", "p", "done"], goal="g3")], 0.5)
+    assert not [e for e in again if e.target == 0.0 and e.text.endswith("<Step 1> p <NXT> p")]  # the expert repeats p
     # a failed trajectory gives no Pay positives
     failed = _traj(2, ["q", "done"], goal="g2", success=False)
     assert not [p for p in pay_examples([failed, trajs[0]], 0.5) if "<Goal> g2" in p.text]

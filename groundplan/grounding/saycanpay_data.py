@@ -15,7 +15,8 @@ Every model input is the text of App. B.1:
   they replace the same-trajectory negative at the step they were tried.
 - **Pay** (Sec. 6.2): for each step of a successful trajectory, (history, a_t, δ^(T-t)) — 1 for the
   last action, δ one step before, ... (the discounted return-to-go of the sparse reward, generalised
-  to any recorded rewards) — plus, per step, one negative from another trajectory with target 0.
+  to any recorded rewards) — plus, per step, one negative from another trajectory with target 0, and
+  two zero-return negatives of the same trajectory: a premature done, and a repeat of an earlier action.
 """
 from __future__ import annotations
 
@@ -191,7 +192,12 @@ def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> li
     A trajectory's final action (the env's done) taken at an earlier step ends the episode with the goal
     unmet, so its return there is 0: each such premature done is a negative too. Other trajectories'
     actions never supply it (every trajectory ends with it), and without it Pay learns p_pay(done) ≈ 1
-    after any history, which made the BabyAI planners stop at the first step."""
+    after any history, which made the BabyAI planners stop at the first step.
+
+    Likewise an action the trajectory already took, and never takes again, repeated now makes no progress
+    (in blocks in bowls the block is already in its bowl): a zero-return negative from the same scene.
+    Without it every negative but done names objects of other scenes, so Pay never had to read the
+    history, and it rated ``done`` after the first of two blocks as high as after the second."""
     rng = random.Random(seed)
     out: list[PayExample] = []
     for i, tr in enumerate(trajs):
@@ -212,6 +218,9 @@ def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> li
                 out.append(PayExample(format_input(tr.goal, tr.init_obs, history, rng.choice(neg)), 0.0))
             if t < len(actions) - 1 and actions[-1] not in actions[:-1]:
                 out.append(PayExample(format_input(tr.goal, tr.init_obs, history, actions[-1]), 0.0))
+            repeats = [a for a in dict.fromkeys(history) if a not in actions[t:]]
+            if repeats:
+                out.append(PayExample(format_input(tr.goal, tr.init_obs, history, rng.choice(repeats)), 0.0))
         for k, ok in enumerate(tr.feasible):
             if not ok:
                 history = [tr.actions[j] for j in range(k) if tr.feasible[j]]
