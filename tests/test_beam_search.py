@@ -58,6 +58,30 @@ def test_cached_search_equals_uncached_reference(tiny_lm, params):
     assert _key(again) == _key(fast)
 
 
+def test_beam_memo_returns_the_first_search_and_is_bounded(tiny_lm):
+    params = BeamSearchParams(num_beams=6, num_groups=3, diversity_penalty=2.0, max_new_tokens=5, stop=())
+    other = BeamSearchParams(num_beams=4, num_groups=2, diversity_penalty=2.0, max_new_tokens=5, stop=())
+    tiny_lm._beam_memo.clear()
+    before = (tiny_lm.stats.beam_searches, tiny_lm.stats.beam_memo_hits)
+    first = tiny_lm.beam_candidates(PROMPT, params)
+    assert _key(first) == _key(diverse_beam_search(tiny_lm, PROMPT, params))
+    assert _key(tiny_lm.beam_candidates(PROMPT, params)) == _key(first)  # a hit
+    assert len(tiny_lm.beam_candidates(PROMPT, other)) == 4  # other parameters: a miss
+    assert len(tiny_lm.beam_candidates(PROMPT + " go", params)) == 6  # another prompt: a miss
+    assert (tiny_lm.stats.beam_searches - before[0], tiny_lm.stats.beam_memo_hits - before[1]) == (4, 1)
+    size = tiny_lm.beam_memo_size
+    try:
+        tiny_lm.beam_memo_size = 2
+        tiny_lm.beam_candidates(PROMPT + " now", params)
+        assert len(tiny_lm._beam_memo) == 2  # the oldest went
+        tiny_lm.beam_memo_size = 0
+        hits = tiny_lm.stats.beam_memo_hits
+        tiny_lm.beam_candidates(PROMPT, params)
+        assert tiny_lm.stats.beam_memo_hits == hits  # disabled
+    finally:
+        tiny_lm.beam_memo_size = size
+
+
 def test_one_group_equals_transformers_beam_search(tiny_lm):
     params = BeamSearchParams(num_beams=4, num_groups=1, diversity_penalty=0.0, max_new_tokens=4, stop=())
     ours = sorted(diverse_beam_search(tiny_lm, PROMPT, params), key=lambda c: -c.score)

@@ -21,9 +21,11 @@ or a merge across the boundary included), conditioned on the joint encoding's ow
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -49,6 +51,8 @@ class EngineStats:
     forward_tokens: int = 0  # tokens run through the transformer (prompt remainder + options)
     logit_positions: int = 0  # positions at which vocabulary logits were computed
     padded_batches: int = 0  # score_batch calls served by one padded multi-request forward
+    beam_searches: int = 0  # beam_candidates calls
+    beam_memo_hits: int = 0  # of which answered from the beam memo
 
 
 class _BufferLayer(DynamicLayer):
@@ -135,6 +139,7 @@ class HFLanguageModel:
             (a loop of packed ``score`` calls), or ``"auto"``: time both on the first multi-request
             batches and keep the faster on this device.
         max_batch_rows: most requests in one padded forward (bounds the key/value copy's memory).
+        beam_memo_size: diverse beam searches remembered by (prompt, parameters), LRU (0: none).
     """
 
     def __init__(
@@ -147,6 +152,7 @@ class HFLanguageModel:
         max_pack_tokens: int = 512,
         batched_forward: str = "auto",
         max_batch_rows: int = 16,
+        beam_memo_size: int = 20000,
     ) -> None:
         if max_pack_tokens < 1:
             raise InvalidInputError("max_pack_tokens must be at least 1")
@@ -154,6 +160,8 @@ class HFLanguageModel:
             raise InvalidInputError(f"batched_forward must be one of {', '.join(BATCHED_MODES)}, got {batched_forward!r}")
         if max_batch_rows < 1:
             raise InvalidInputError("max_batch_rows must be at least 1")
+        if beam_memo_size < 0:
+            raise InvalidInputError("beam_memo_size must be >= 0 (0 disables the memo)")
         loaded = load_causal_lm(model, dtype=dtype, device_map=device_map)
         self.name = model
         self.model = loaded.model
@@ -172,6 +180,8 @@ class HFLanguageModel:
         #: "padded" or "loop" once chosen ("on"/"off" choose at once; "auto" after timing both)
         self.batched_forward_chosen: str | None = {"on": "padded", "off": "loop"}.get(batched_forward)
         self._trial_s: dict[str, list[float]] = {"padded": [], "loop": []}
+        self.beam_memo_size = int(beam_memo_size)
+        self._beam_memo: OrderedDict[bytes, list] = OrderedDict()
 
     @property
     def num_parameters(self) -> int:
@@ -575,10 +585,29 @@ class HFLanguageModel:
         return self._embedder.embed(texts)
 
     def beam_candidates(self, prompt: str, params):
-        """Token-level diverse beam search over this engine's cache (:mod:`groundplan.llm.beam_search`)."""
+        """Token-level diverse beam search over this engine's cache (:mod:`groundplan.llm.beam_search`).
+
+        Remembered by (prompt, parameters) in an LRU memo: the search has no randomness, and in a sweep
+        the Greedy-Action rows propose after the same histories (the first step always), as Beam-Action's
+        beams do after shared prefixes, so a repeat returns the candidates the search gave the first time."""
         from groundplan.llm.beam_search import diverse_beam_search
 
-        return diverse_beam_search(self, prompt, params)
+        self.stats.beam_searches += 1
+        if not self.beam_memo_size:
+            return diverse_beam_search(self, prompt, params)
+        key = hashlib.blake2b(f"{params!r}\x00{prompt}".encode(), digest_size=20).digest()
+        with self._lock:
+            hit = self._beam_memo.get(key)
+            if hit is not None:
+                self._beam_memo.move_to_end(key)
+                self.stats.beam_memo_hits += 1
+                return list(hit)
+        out = diverse_beam_search(self, prompt, params)
+        with self._lock:
+            self._beam_memo[key] = list(out)
+            while len(self._beam_memo) > self.beam_memo_size:
+                self._beam_memo.popitem(last=False)
+        return out
 
 
 def _option_score(option: str, lps: list[float]) -> OptionScore:
