@@ -51,7 +51,7 @@ def main() -> None:
     if pay is None:
         pay = str(CanPayModel(CanPayModelConfig(kind="pay")).save(f"{tmp.name}/pay"))
     source = LearnedCanPay(can_model=can, pay_model=pay, tracking_uri=args.tracking_uri, device="cpu")
-    lm = load_llm("hf", model="smollm2-135m-instruct")
+    lm = load_llm("hf", model="smollm2-135m-instruct", beam_memo_size=0)  # time the search, not the memo
     planner = SayCanPayPlanner(lm, source, decoding="beam_action", score="saycanpay", num_candidates=args.m,
                                beam_size=args.k)
     env = KitchenEnv(mode="language")
