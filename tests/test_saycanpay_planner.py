@@ -140,8 +140,10 @@ def test_perfect_say_needs_oracle_and_offers_the_expert_action():
 
 
 def test_missing_canpay_source_is_refused():
-    with pytest.raises(InvalidInputError, match="score_sequences"):
+    with pytest.raises(InvalidInputError, match="needs a Can/Pay grounding source"):
         PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=None, score="saycan")
+    with pytest.raises(InvalidInputError, match="must be a Can/Pay source"):  # a SayCan affordance is not one
+        PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=lambda obs, skills, history: [1.0] * len(skills), score="say")
 
 
 def test_episode_in_the_kitchen_with_oracle_can(tmp_path):

@@ -5,7 +5,7 @@ model and SayCan's value functions both fit this shape.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,21 @@ class AffordanceSource(Protocol):
         ...
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
+        ...
+
+
+@runtime_checkable
+class CanPaySource(Protocol):
+    """SayCanPay's grounding (Hazra et al., Sec. 5): p_can and p_pay of (history, candidate action)
+    pairs, all of a decoding step in one call (``saycanpay_learned``, ``saycanpay_oracle`` and the
+    AffordanceServer's client implement it). Returns a
+    :class:`~groundplan.grounding.saycanpay.CanPayScores`."""
+
+    def reset(self, task: Task, seed: int) -> None:
+        ...
+
+    def score_sequences(self, goal: str, init_obs: str, items: Sequence[tuple[Sequence[str], str]],
+                        one_by_one: bool = False) -> Any:
         ...
 
 

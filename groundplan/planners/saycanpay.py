@@ -58,6 +58,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import CandidateScore, Decision, Observation, StepResult, Task
 from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, validate_instruction
+from groundplan.grounding.base import CanPaySource
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import Planner, PlannerOptions
 
@@ -173,16 +174,19 @@ class SayCanPayPlanner(Planner):
 
     name = "saycanpay"
 
-    def __init__(self, lm: LanguageModel, affordance: Any = None, config: SayCanPayConfig | Mapping[str, Any] | None = None,
+    def __init__(self, lm: LanguageModel, affordance: CanPaySource | None = None,
+                 config: SayCanPayConfig | Mapping[str, Any] | None = None,
                  **overrides: Any) -> None:
         from groundplan.planners.saycan import load_prompt
 
         self.config: SayCanPayConfig = build_config(SayCanPayConfig, config, overrides)
         c = self.config
-        if c.score != "say" and c.decoding != "greedy_token":
-            if affordance is None or not hasattr(affordance, "score_sequences"):
-                raise InvalidInputError(f"score '{c.score}' needs a Can/Pay grounding source with score_sequences "
-                                        "(affordance: saycanpay_learned or saycanpay_oracle)")
+        if affordance is not None and not isinstance(affordance, CanPaySource):
+            raise InvalidInputError(f"SayCanPay's grounding must be a Can/Pay source (affordance: saycanpay_learned "
+                                    f"or saycanpay_oracle), not {type(affordance).__name__}")
+        if c.score != "say" and c.decoding != "greedy_token" and affordance is None:
+            raise InvalidInputError(f"score '{c.score}' needs a Can/Pay grounding source "
+                                    "(affordance: saycanpay_learned or saycanpay_oracle)")
         if c.perfect_say and c.decoding == "greedy_token":
             raise InvalidInputError("perfect_say replaces candidate proposals; Greedy-Token has none")
         self.lm = lm
@@ -211,7 +215,7 @@ class SayCanPayPlanner(Planner):
         self._history = []
         self._plan = None
         self._rng = random.Random(seed)
-        if self.affordance is not None and hasattr(self.affordance, "reset"):
+        if self.affordance is not None:
             self.affordance.reset(task, seed)
 
     # ----------------------------------------------------------------- candidates (Say)
@@ -365,6 +369,6 @@ class SayCanPayPlanner(Planner):
                         info=info)
 
 
-def make_saycanpay(lm: LanguageModel, affordance: Any = None, **options: Any) -> Planner:
+def make_saycanpay(lm: LanguageModel, affordance: CanPaySource | None = None, **options: Any) -> Planner:
     """SayCanPay; ``options`` are the fields of :class:`SayCanPayConfig`."""
     return SayCanPayPlanner(lm, affordance, **options)
