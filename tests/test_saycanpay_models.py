@@ -255,6 +255,26 @@ def test_tables_cli_reads_several_run_dirs_and_the_envs_done_skill(tmp_path, cap
     assert f"| B | 1 | 100% [21, 100] | 0% [0, 79] | {n + 1:.1f} | 0 |" in out  # one action longer: not
 
 
+def test_paired_comparison_of_cost_effectiveness():
+    """Table 4's measure is paired like success: same success, but only the shorter plan is cost-effective."""
+    from groundplan.pipelines.saycanpay_tables import paired, with_cost_effectiveness
+    from groundplan.rollout.traces import EpisodeTrace, StepTrace
+
+    def trace(planner, task, plan, ok):
+        steps = [StepTrace(i, a, a == "done") for i, a in enumerate(plan)]
+        return EpisodeTrace(f"{planner}{task}", planner, "toy", f"t{task}", "f", "do it", 0, "fake", steps=steps,
+                            execution_success=ok)
+
+    short, long = ["a", "b", "done"], ["a", "x", "b", "done"]
+    traces = [trace("GA-SCP", i, short, True) for i in range(5)] + [trace("GA-Say", i, long, True) for i in range(5)]
+    annotated = with_cost_effectiveness(traces, {f"t{i}": 2 for i in range(5)})
+    assert [t.metrics["cost_effective"] for t in annotated] == [1.0] * 5 + [0.0] * 5
+    assert paired(annotated, [("GA-SCP", "GA-Say")]) == [
+        "GA-SCP vs GA-Say on 5 shared episodes: 0 solved only by GA-SCP, 0 only by GA-Say; exact McNemar p = 1.00"]
+    assert paired(annotated, [("GA-SCP", "GA-Say")], measure="cost_effective") == [
+        "GA-SCP vs GA-Say on 5 shared episodes: 5 cost-effective only by GA-SCP, 0 only by GA-Say; exact McNemar p = 0.06"]
+
+
 def test_oracle_can_names_a_registered_env():
     """A typo in the oracle's env is refused when the config is read, not when its first episode starts."""
     from pydantic import ValidationError
@@ -279,3 +299,9 @@ def test_paired_comparison_counts_discordant_episodes():
     traces.append(trace("GT", 99, True))  # no GA-SCP episode on that task: not compared
     assert paired(traces, [("GA-SCP", "GT"), ("BA-SCP", "GT")]) == [
         "GA-SCP vs GT on 6 shared episodes: 3 solved only by GA-SCP, 1 only by GT; exact McNemar p = 0.62"]
+
+
+def test_small_p_values_keep_their_digits():
+    from groundplan.pipelines.saycanpay_tables import format_p
+
+    assert format_p(0.1849) == "0.18" and format_p(6.1e-5) == "6.1e-05"

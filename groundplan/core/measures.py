@@ -49,6 +49,9 @@ register_measure("step_success", "fraction of a plan's steps the simulator execu
 register_measure("goal_success", "the task's goal holds in the simulator's final graph", proportion=True)
 register_measure("lcs", "longest common subsequence with the nearest human program, normalised by the longer")
 register_measure("length", "plan length in steps", higher_is_better=False)
+#: SayCanPay (Hazra et al., Table 4), computed from the expert's plan length by its tables
+register_measure("cost_effective", "success with a plan no longer than the expert's, done not counted "
+                 "(SayCanPay Sec. 7.3, Table 4)", proportion=True)
 #: tabletop (Inner Monologue's sim): counts from the physics
 register_measure("picks", "pick-and-place attempts", higher_is_better=False)
 register_measure("grasp_failures", "picks whose grasp failed", higher_is_better=False)

@@ -7,11 +7,13 @@ Wilson interval.
 - mean length: actions per plan (done excluded).
 
 ``python -m groundplan.pipelines.saycanpay_tables <run_dir> [<run_dir> ...] [--env kitchen] [--split test]`` prints a
-Markdown table and the paired comparisons behind the paper's claims (:data:`PAIRS`).
+Markdown table and the paired comparisons behind the paper's claims (:data:`PAIRS`), on success and on
+cost-effectiveness.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +23,10 @@ from groundplan.core.stats import wilson_interval
 from groundplan.pipelines.summary import paired_tests
 from groundplan.rollout.traces import EpisodeTrace, read_traces
 
-#: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay
-#: help over Say alone)
-PAIRS = (("GA-SCP", "GT"), ("BA-SCP", "GA-SCP"), ("GA-SCP", "GA-Say"), ("BA-SCP", "BA-Say"))
+#: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay,
+#: and Can alone, help over Say alone)
+PAIRS = (("GA-SCP", "GT"), ("BA-SCP", "GA-SCP"), ("GA-SCP", "GA-Say"), ("BA-SCP", "BA-Say"), ("GA-SC", "GA-Say"),
+         ("BA-SC", "BA-Say"))
 
 
 @dataclass
@@ -40,15 +43,31 @@ class Row:
         return f"{100 * k / self.n:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]" if self.n else "—"
 
 
+def plan_length(trace: EpisodeTrace, done_skill: str = "done") -> int:
+    """Actions of the executed plan, done excluded."""
+    return len([a for a in trace.plan if a != done_skill])
+
+
+def with_cost_effectiveness(traces: Iterable[EpisodeTrace], expert_length: dict[str, int],
+                            done_skill: str = "done") -> list[EpisodeTrace]:
+    """The traces with Table 4's ``cost_effective`` measure (success with a plan no longer than the
+    expert's) in their metrics, so the tables and the paired tests read it like any 0/1 measure."""
+    def ce(t: EpisodeTrace) -> float:
+        return float(bool(t.execution_success) and t.task_id in expert_length
+                     and plan_length(t, done_skill) <= expert_length[t.task_id])
+
+    return [dataclasses.replace(t, metrics={**t.metrics, "cost_effective": ce(t)}) for t in traces]
+
+
 def table_rows(traces: Iterable[EpisodeTrace], expert_length: dict[str, int], done_skill: str = "done") -> list[Row]:
     by: dict[str, list[EpisodeTrace]] = defaultdict(list)
-    for t in traces:
+    for t in with_cost_effectiveness(traces, expert_length, done_skill):
         by[t.planner].append(t)
     rows = []
     for planner, ts in by.items():
-        lengths = [len([a for a in t.plan if a != done_skill]) for t in ts]
+        lengths = [plan_length(t, done_skill) for t in ts]
         ok = [bool(t.execution_success) for t in ts]
-        ce = [s and (t.task_id in expert_length and n <= expert_length[t.task_id]) for s, t, n in zip(ok, ts, lengths)]
+        ce = [bool(t.metrics["cost_effective"]) for t in ts]
         rows.append(Row(planner, len(ts), sum(ok), sum(ce), sum(lengths) / len(ts), sum(t.error is not None for t in ts)))
     return sorted(rows, key=_order)
 
@@ -61,11 +80,19 @@ def _order(row: "Row") -> tuple:
             ("Say", "SC", "SCP").index(score) if score in ("Say", "SC", "SCP") else 3, row.planner)
 
 
-def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS) -> list[str]:
-    """For each pair of planners run on the same tasks: episodes only the first / only the second solved,
-    and the exact McNemar p-value (:func:`~groundplan.pipelines.summary.paired_tests` on execution
-    success: the planners are compared on identical episodes, not by their rates)."""
-    tests = {(r["a"], r["b"]): r for r in paired_tests(traces) if r["measure"] == "execution_success"}
+def format_p(p: float) -> str:
+    """Two decimals, or two significant digits below 0.01 (so a strong result does not read 0.00)."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.1e}"
+
+
+def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS,
+           measure: str = "execution_success") -> list[str]:
+    """For each pair of planners run on the same tasks: episodes only the first / only the second
+    solved (``measure``: success, or ``cost_effective`` on traces from :func:`with_cost_effectiveness`),
+    and the exact McNemar p-value (:func:`~groundplan.pipelines.summary.paired_tests`: the planners are
+    compared on identical episodes, not by their rates)."""
+    tests = {(r["a"], r["b"]): r for r in paired_tests(traces) if r["measure"] == measure}
+    what = "solved" if measure == "execution_success" else measure.replace("_", "-")
     lines = []
     for a, b in pairs:
         if (a, b) in tests:
@@ -76,8 +103,8 @@ def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PA
             a_only, b_only = r["b_only"], r["a_only"]
         else:
             continue
-        lines.append(f"{a} vs {b} on {r['n_pairs']} shared episodes: {a_only} solved only by {a}, {b_only} only by "
-                     f"{b}; exact McNemar p = {r['p_value']:.2f}")
+        lines.append(f"{a} vs {b} on {r['n_pairs']} shared episodes: {a_only} {what} only by {a}, {b_only} only by "
+                     f"{b}; exact McNemar p = {format_p(r['p_value'])}")
     return lines
 
 
@@ -111,8 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lengths, done = expert_lengths(env, {"split": args.split} if args.split else None)
     title = f"{Path(args.run_dirs[0]).name}: {args.split or 'test'} split"
     print(render(table_rows(traces, lengths, done), title))
-    for line in paired(traces):
-        print(f"- {line}")
+    annotated = with_cost_effectiveness(traces, lengths, done)
+    for measure in ("execution_success", "cost_effective"):
+        for line in paired(annotated, measure=measure):
+            print(f"- {line}")
     return 0
 
 
