@@ -187,3 +187,5 @@ def test_eval_configs_load_with_every_row(env):
         assert c.oracle == ("oracle" in p.display.lower())
         if p.affordance == "saycanpay_oracle":
             assert p.affordance_options["env"] == cfg.env.name  # the oracle replays in the evaluated env
+            if c.score == "saycan":  # SC ignores Pay: these rows need no trained model at all
+                assert "pay_model" not in p.affordance_options
