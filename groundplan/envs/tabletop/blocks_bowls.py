@@ -215,7 +215,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
 
 
 class BlocksBowlsRules:
-    """The task's rules for one task (:class:`~groundplan.envs.base.SymbolicModel`): the state is the bowl
+    """The rules of one blocks-in-bowls task (:class:`~groundplan.envs.base.SymbolicModel`): the state is the bowl
     each block is in (-1: on the table, as every block starts); a placement needs a known block and bowl,
     the block not already in that bowl and a free slot there, as :meth:`BlocksBowlsEnv.execute` checks."""
 
