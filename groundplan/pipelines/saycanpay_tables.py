@@ -59,9 +59,10 @@ def with_cost_effectiveness(traces: Iterable[EpisodeTrace], expert_length: dict[
     return [dataclasses.replace(t, metrics={**t.metrics, "cost_effective": ce(t)}) for t in traces]
 
 
-def table_rows(traces: Iterable[EpisodeTrace], expert_length: dict[str, int], done_skill: str = "done") -> list[Row]:
+def table_rows(traces: Iterable[EpisodeTrace], done_skill: str = "done") -> list[Row]:
+    """One row per planner, from traces carrying ``cost_effective`` (:func:`with_cost_effectiveness`)."""
     by: dict[str, list[EpisodeTrace]] = defaultdict(list)
-    for t in with_cost_effectiveness(traces, expert_length, done_skill):
+    for t in traces:
         by[t.planner].append(t)
     rows = []
     for planner, ts in by.items():
@@ -137,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = args.env or traces[0].env
     lengths, done = expert_lengths(env, {"split": args.split} if args.split else None)
     title = f"{Path(args.run_dirs[0]).name}: {args.split or 'test'} split"
-    print(render(table_rows(traces, lengths, done), title))
     annotated = with_cost_effectiveness(traces, lengths, done)
+    print(render(table_rows(annotated, done), title))
     for measure in ("execution_success", "cost_effective"):
         for line in paired(annotated, measure=measure):
             print(f"- {line}")
