@@ -115,6 +115,17 @@ def runtime_overrides(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def whole_task_file(overrides: Sequence[str]) -> list[str]:
+    """``--set`` overrides with ``tasks.per_family=null`` added when they name a task file
+    (``tasks.file=...``) but no ``tasks.per_family``: a config's per-family cut is a quick look at the
+    env's own task set, and whoever brings a file of their own expects all of it to run unless they ask
+    for a subset (then ``--set tasks.per_family=N`` keeps the cut)."""
+    keys = {item.split("=", 1)[0].strip() for item in overrides}
+    if "tasks.file" in keys and "tasks.per_family" not in keys:
+        return [*overrides, "tasks.per_family=null"]
+    return list(overrides)
+
+
 def keep_planners(cfg: Any, labels: str) -> Any:
     """The config with only the planners whose labels are listed (comma-separated), in the config's order;
     an unknown label is refused with the config's labels."""
@@ -132,7 +143,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.pipelines.summary import render_table
     from groundplan.pipelines.sweep import run_sweep
 
-    overrides = list(args.set or [])
+    overrides = whole_task_file(args.set or [])
     if args.full:
         overrides.append("tasks.per_family=null")
     if args.output:
@@ -183,21 +194,32 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from groundplan.serve.config import load_serve_config
+    from groundplan.serve.signals import StopSignals
 
-    cfg = load_serve_config(args.config, list(args.set or []))
-    if args.port is not None:
-        cfg.port = args.port
-    console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
-    if args.local:
-        from groundplan.serve.local import run_local
+    stop = StopSignals()
+    stop.install()  # first: loading the config and importing Ray take seconds; a signal then stops it cleanly too
+    try:
+        from groundplan.actors.scorer import import_plugins
+        from groundplan.serve.config import load_serve_config
 
-        run_local(cfg)
-        return 0
-    from groundplan.serve.app import run_server
+        import_plugins()  # $GROUNDPLAN_PLUGINS: backends of one's own, registered before the config names one
+        cfg = load_serve_config(args.config, list(args.set or []))
+        if args.port is not None:
+            cfg.port = args.port
+        if stop.received is not None:
+            return stop.exit_status
+        console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
+        if args.local:
+            from groundplan.serve.local import run_local
 
-    run_server(cfg, address=args.address)
-    return 0
+            stop.uninstall()  # uvicorn handles SIGINT and SIGTERM itself
+            run_local(cfg)
+            return 0
+        from groundplan.serve.app import run_server
+
+        return run_server(cfg, address=args.address, stop=stop)  # 130 or 143 once SIGINT or SIGTERM stopped it
+    finally:
+        stop.uninstall()
 
 
 def cmd_view(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 replica killed during a load run with no accepted request lost or duplicated."""
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -86,6 +87,14 @@ def test_endpoints(base):
     assert r.status_code == 400 and "unknown planner" in r.json()["detail"]
     r = requests.post(f"{base}/v1/sessions/abcdef/step", json={})
     assert r.status_code == 404
+
+
+def test_a_chunked_body_over_the_limit_gets_413_through_the_proxy(base):
+    big = json.dumps({"prompt": "p" * 70_000, "options": ["a"]}).encode()  # over the default 65536 bytes
+    r = requests.post(f"{base}/v1/score", data=iter([big[:30_000], big[30_000:]]),
+                      headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.request.headers.get("Transfer-Encoding") == "chunked" and "Content-Length" not in r.request.headers
+    assert r.status_code == 413 and "65536 bytes" in r.json()["detail"]
 
 
 def test_session_outlives_its_planner_replica(base):

@@ -3,9 +3,10 @@ services in-process in tests), so the routes, limits, auth and error mapping exi
 
 Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields), the
 services check the configured limits (400), sessions answer 404/409/410/429, bodies over
-``limits.max_body_bytes`` get 413 before they are read in full. A replica that died mid-request gives
-503 with ``Retry-After`` (the request had no effect; send it again). Nothing from a request or from the
-LLM is evaluated: text only ever goes to the tokenizer, string comparison and JSON.
+``limits.max_body_bytes`` get 413 (by Content-Length, or once a chunked body passes it) before they are
+parsed. A replica that died mid-request gives 503 with ``Retry-After`` (the request had no effect; send
+it again). Nothing from a request or from the LLM is evaluated: text only ever goes to the tokenizer,
+string comparison and JSON.
 """
 from __future__ import annotations
 
@@ -60,7 +61,12 @@ def status_of(exc: Exception) -> int | None:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for bodies over ``limit`` bytes, by Content-Length or as they stream in."""
+    """ASGI middleware: 413 for a body over ``limit`` bytes, whether it declares its size
+    (Content-Length) or streams in chunks (Transfer-Encoding: chunked, no length).
+
+    The body is read here, up to the limit, before the app sees any of it, then handed on whole:
+    FastAPI turns any error raised while it reads a body into a 400 "error parsing the body", so the
+    limit cannot be enforced from inside its read. At most ``limit`` bytes are ever held."""
 
     def __init__(self, app: Any, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -68,30 +74,35 @@ class BodyLimit:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        too_big = JSONResponse({"detail": f"request body over {self.limit} bytes"}, status_code=413)
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await too_big(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and not declared.strip().isdigit():
+            return await JSONResponse({"detail": f"invalid Content-Length {declared[:32]!r}"},
+                                      status_code=400)(scope, receive, send)
+        if declared is not None and int(declared) > self.limit:
+            return await self._too_big(scope, receive, send)
+        chunks: list[bytes] = []
         seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooBig()
-            return message
+            if message["type"] != "http.request":  # the client went away before sending it all
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.limit:
+                return await self._too_big(scope, receive, send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooBig:
-            await too_big(scope, receive, send)
+        async def replay() -> dict:
+            return pending.pop() if pending else await receive()
 
+        await self.app(scope, replay, send)
 
-class _TooBig(Exception):
-    pass
+    async def _too_big(self, scope: dict, receive: Any, send: Any) -> None:
+        await JSONResponse({"detail": f"request body over {self.limit} bytes (limits.max_body_bytes)"},
+                           status_code=413)(scope, receive, send)
 
 
 def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None,

@@ -18,6 +18,8 @@ import asyncio
 import dataclasses
 import logging
 import re
+import signal
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -26,6 +28,7 @@ from ray import serve
 from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import RetryableError
+from groundplan.serve.signals import StopSignals
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
@@ -48,9 +51,11 @@ class Scorer:
     """The model, behind ``@serve.batch``; batch sizes are recorded per request (``batch_size``)."""
 
     def __init__(self, config: dict[str, Any], lm_factory: Callable[[], LanguageModel] | None = None) -> None:
+        from groundplan.actors.scorer import import_plugins
         from groundplan.factory import make_llm
         from groundplan.serve.service import ScoreService
 
+        import_plugins()  # a backend registered by a module of one's own ($GROUNDPLAN_PLUGINS), as in eval
         cfg = ServeConfig.model_validate(config)
         self.lm = lm_factory() if lm_factory is not None else make_llm(cfg.llm)
         self.scores = ScoreService(cfg, self.lm)
@@ -135,9 +140,11 @@ class PlannerDeployment:
     """One configured planner: whole episodes and session steps, in worker threads."""
 
     def __init__(self, config: dict[str, Any], label: str, scorer: Any) -> None:
+        from groundplan.actors.scorer import import_plugins
         from groundplan.serve.service import PlannerService
         from groundplan.serve.sessions import session_store_handle
 
+        import_plugins()  # the config names the backend, and validating it needs the backend registered
         cfg = ServeConfig.model_validate(config)
         lim = cfg.limits
         store = _StoreProxy(session_store_handle(cfg.name, lim.max_sessions, lim.session_idle_s, lim.max_session_steps))
@@ -239,20 +246,124 @@ def app_builder(args: dict[str, str]) -> Any:
 
 
 def run_server(config: ServeConfig, address: str | None = None, blocking: bool = True,
-               lm_factory: Callable[[], LanguageModel] | None = None) -> None:
-    """Start Ray (or join ``address``), Serve's HTTP proxy on ``config.host:config.port``, and the app."""
+               lm_factory: Callable[[], LanguageModel] | None = None, stop: StopSignals | None = None) -> int:
+    """Start Ray (or join ``address``), Serve's HTTP proxy on ``config.host:config.port``, and the app.
+
+    ``blocking`` (``groundplan serve``): serve until SIGINT or SIGTERM, then shut Serve down, stop Ray if
+    it was started here (never a cluster joined at ``address``), and return the exit status 128 + the
+    signal's number (130, 143); a signal during start-up stops it the same way. ``stop``: handlers the
+    caller installed earlier (the CLI does, before importing Ray). Not blocking (tests): return 0 once
+    the app is running; the caller shuts down."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=address, namespace="groundplan-serve", ignore_reinit_error=True, log_to_driver=False)
-    serve.start(http_options={"host": config.host, "port": config.port})
-    serve.run(build_app(config, lm_factory), name=config.name, route_prefix=config.route_prefix, blocking=False)
-    log.info("groundplan serve: http://%s:%d%s (docs at /docs)", config.host, config.port, config.route_prefix)
-    if blocking:
-        import time
+    if not blocking:
+        if not ray.is_initialized():
+            _init_ray(address)
+        _deploy(config, lm_factory)
+        _await_running(config.name, StopSignals())
+        return 0
 
+    stop = stop or StopSignals()
+    stop.install()
+    own_ray = not ray.is_initialized()
+    try:
+        if own_ray and stop.received is None:
+            try:
+                _init_ray(address)
+            except SystemExit as exc:  # SIGTERM during ray.init reached Ray's handler, which exits
+                if exc.code != signal.SIGTERM:
+                    raise
+                stop.record(signal.SIGTERM)
+        stop.install()  # again: ray.init replaced the SIGTERM handler (and its core worker added a native one)
+        if stop.received is None:
+            _deploy(config, lm_factory)
+            if _await_running(config.name, stop):
+                log.info("groundplan serve: http://%s:%d%s (docs at /docs)", config.host, config.port,
+                         config.route_prefix)
+                stop.wait()
+    finally:
+        if stop.received is not None:
+            log.warning("groundplan serve: shutting down (%s)", stop.received.name)
+        _shutdown(config.name, own_ray)
+    return stop.exit_status
+
+
+def _init_ray(address: str | None) -> None:
+    import ray
+
+    ray.init(address=address, namespace="groundplan-serve", ignore_reinit_error=True, log_to_driver=False)
+
+
+def _deploy(config: ServeConfig, lm_factory: Callable[[], LanguageModel] | None) -> None:
+    """Start Serve's proxy and submit the application, without waiting for it (:func:`_await_running`
+    waits in a loop that notices stop signals; Serve's own wait would have to be interrupted)."""
+    serve.start(http_options={"host": config.host, "port": config.port})
+    target = serve.RunTarget(target=build_app(config, lm_factory), name=config.name, route_prefix=config.route_prefix)
+    serve.run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+
+
+def _await_running(name: str, stop: StopSignals) -> bool:
+    """Wait until application ``name`` runs (True) or a stop signal arrives (False); a failed deploy
+    (a replica that cannot start, e.g. a model that does not load) raises with Serve's message, which
+    the CLI prints as an error."""
+    from groundplan.core.errors import GroundplanError
+
+    def running() -> bool:
+        app = serve.status().applications.get(name)
+        if app is not None and app.status == "DEPLOY_FAILED":
+            why = [f"{dep}: {_last_line(d.message)}" for dep, d in app.deployments.items()
+                   if d.status != "HEALTHY" and d.message]
+            raise GroundplanError(f"deploying application '{name}' failed: {'; '.join(why) or app.message}")
+        return app is not None and app.status == "RUNNING"
+
+    return not stop.wait(until=running)
+
+
+def _last_line(message: str) -> str:
+    """The error itself out of a replica's failure message (which ends with the traceback)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[-1] if lines else message
+
+
+def _shutdown(name: str, own_ray: bool) -> None:
+    """Serve, then the Ray this process started; failures are logged, not raised, so each step is
+    tried. Serve is shut down whole unless the cluster runs other applications too (then only
+    application ``name`` is deleted). It is skipped when the Ray started here is already going down:
+    a stop signal sent to the whole process group (systemd's default) reaches Ray's own processes too,
+    and waiting on Serve's dead controller would only run into its 30 s timeout."""
+    import ray
+
+    if ray.is_initialized() and not (own_ray and _ray_going_down()):
         try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            serve.shutdown()
+            others = sorted(app for app in serve.status().applications if app != name)
+            if others:
+                log.info("deleting application %s only: the cluster also runs %s", name, ", ".join(others))
+                serve.delete(name)
+            else:
+                serve.shutdown()
+        except Exception as exc:
+            log.warning("Serve did not shut down cleanly: %s", exc)
+    if own_ray:
+        try:
+            ray.shutdown()
+        except Exception as exc:
+            log.warning("Ray did not shut down cleanly: %s", exc)
+
+
+def _ray_going_down(settle_s: float = 1.0, poll_s: float = 0.1) -> bool:
+    """Whether a process of the Ray this driver started (GCS, raylet, dashboard, log monitor) has
+    exited, or does within ``settle_s`` of the signal (they exit on SIGTERM within a fraction of a
+    second; on SIGINT, which Ray's processes block, none does)."""
+    from ray._private import worker
+
+    node = worker._global_node
+    if node is None:
+        return False
+    for _ in range(max(1, round(settle_s / poll_s))):
+        dead = node.dead_processes()
+        if dead:
+            log.info("Ray is already stopping (%s exited): skipping Serve's graceful shutdown",
+                     ", ".join(sorted({kind for kind, _ in dead})))
+            return True
+        time.sleep(poll_s)
+    return False

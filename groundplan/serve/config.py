@@ -92,7 +92,8 @@ class Limits(_Strict):
     max_sessions: int = Field(64, ge=1, description="open sessions at once (429 beyond)")
     session_idle_s: float = Field(600.0, gt=0, description="a session unused this long expires (410 after)")
     max_session_steps: int = Field(50, ge=1, description="decisions per session")
-    max_steps: int = Field(20, ge=1, le=100, description="step cap of /v1/plan episodes")
+    max_steps: int = Field(20, ge=1, le=100, description="step cap of /v1/plan episodes, and the most a request's "
+                           "max_steps may ask for (400 above it)")
 
 
 class ServeConfig(_Strict):

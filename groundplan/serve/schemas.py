@@ -41,8 +41,10 @@ class PlanRequest(_Req):
     seed: int = Field(0, ge=0, le=2**31 - 1, description="start state / sampling seed")
     task_id: str | None = Field(None, max_length=200, description="run one of the env's own tasks (its goal is checked)")
     start_state: dict[str, Any] | None = Field(None, description="env-specific pins of the start state (e.g. kitchen "
-                                               "{'robot': 'table', 'holding': 'apple'})")
-    max_steps: int | None = Field(None, ge=1, le=100, description="step cap (default the server's)")
+                                               "{'robot': 'table', 'holding': 'apple'}), checked by the env before "
+                                               "the episode; with task_id it replaces the task's own")
+    max_steps: int | None = Field(None, ge=1, le=100, description="step cap, at most the server's limits.max_steps "
+                                  "(400 above it); default that limit")
 
 
 class CandidateOut(BaseModel):
@@ -103,7 +105,8 @@ class ObservationIn(_Req):
     """What the robot observed: optionally a new skill set, a scene description, and its own affordance
     estimates p(c_π | s, ℓ_π) per skill (its value functions, SayCan Sec. 3)."""
 
-    skills: list[str] | None = Field(None, max_length=4096)
+    skills: list[str] | None = Field(None, max_length=4096, description="the robot's skills now, checked as at session "
+                                     "creation (non-empty labels, limits.max_skills); omitted or empty: unchanged")
     text: str = Field("", max_length=20_000, description="scene description (Inner Monologue's scene feedback)")
     affordances: dict[str, float] = Field(default_factory=dict, description="skill -> probability in [0, 1]")
 

@@ -102,6 +102,27 @@ class PlannerService:
     def _instruction(self, text: str) -> str:
         return validate_instruction(text, self.config.limits.max_instruction_chars)
 
+    def _max_steps(self, requested: int | None) -> int:
+        """The episode's step cap: the request's, which may not exceed the server's ``limits.max_steps``
+        (a ceiling, refused rather than clamped so the caller knows it got fewer steps than asked)."""
+        limit = self.config.limits.max_steps
+        if requested is None:
+            return limit
+        if requested > limit:
+            raise InvalidInputError(f"max_steps is {requested}; this server's limit is {limit} (limits.max_steps): "
+                                    f"ask for at most {limit}, or omit max_steps to get {limit}")
+        return int(requested)
+
+    def _check_skills(self, skills: Sequence[str], where: str) -> list[str]:
+        """A skill set from a client (session creation or a step's observation): within
+        ``limits.max_skills``, every label non-empty."""
+        limit = self.config.limits.max_skills
+        if len(skills) > limit:
+            raise InvalidInputError(f"{where}: {len(skills)} skills; the limit is {limit}")
+        if not skills or any(not s.strip() for s in skills):
+            raise InvalidInputError(f"{where}: skills must be non-empty labels")
+        return list(skills)
+
     def env_skills(self, env_name: str) -> list[str]:
         """The env's skill set at reset (cached per env)."""
         if env_name not in self._skills:
@@ -112,23 +133,25 @@ class PlannerService:
 
     # ------------------------------------------------------------------ /v1/plan
     def plan(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run one whole episode in the simulator; returns the trace as a dict."""
+        """Run one whole episode in the simulator; returns the trace as a dict. Everything the request
+        names is checked before the episode starts, so bad input is an error, never a failed trace."""
         label = self._label(request.get("planner"))
+        max_steps = self._max_steps(request.get("max_steps"))
         env_spec = self.config.env_spec(request.get("env") or "kitchen")
         env = make_env(env_spec)
+        start_state = _start_state(env, request.get("start_state"))
         task_id = request.get("task_id")
         if task_id:
             matches = [t for t in env.tasks() if t.task_id == task_id]
             if not matches:
                 raise InvalidInputError(f"env '{env_spec.name}' has no task '{task_id}'")
             task = matches[0]
-            if request.get("instruction"):
-                task = Task(task.task_id, self._instruction(request["instruction"]), task.family, task.goal,
-                            request.get("start_state") or task.start_state, task.reference_plan, task.metadata)
+            instruction = self._instruction(request["instruction"]) if request.get("instruction") else task.instruction
+            task = Task(task.task_id, instruction, task.family, task.goal,
+                        task.start_state if start_state is None else start_state, task.reference_plan, task.metadata)
         else:
             task = Task(task_id="serve", instruction=self._instruction(request.get("instruction", "")), family="serve",
-                        goal=None, start_state=request.get("start_state"))
-        max_steps = request.get("max_steps") or self.config.limits.max_steps
+                        goal=None, start_state=start_state)
         planner = make_planner(self.config.planner_spec(label), self.lm, max_steps)
         trace = run_episode(planner, env, task, int(request.get("seed", 0)), max_steps=max_steps,
                             llm_name=self.config.llm.model)
@@ -149,15 +172,20 @@ class PlannerService:
         planner.reset(task, self._observation(rec, {}), seed=rec.seed)
         return planner
 
-    def _observation(self, rec: SessionRecord, obs: dict[str, Any]) -> Observation:
-        skills = obs.get("skills") or rec.skills
-        if len(skills) > self.config.limits.max_skills:
-            raise InvalidInputError(f"{len(skills)} skills; the limit is {self.config.limits.max_skills}")
+    def _check_observation(self, obs: dict[str, Any]) -> None:
+        """A step's observation, checked before anything runs: its skills (when given) like a session's,
+        its affordances probabilities."""
+        if obs.get("skills"):
+            self._check_skills(obs["skills"], "observation.skills")
         for skill, p in (obs.get("affordances") or {}).items():
             if not (0.0 <= float(p) <= 1.0) or not math.isfinite(float(p)):
-                raise InvalidInputError(f"affordance of '{skill}' is {p}; it must be a probability in [0, 1]")
-        return Observation(skills=list(skills), state={"affordances": dict(obs.get("affordances") or {})},
-                           text=obs.get("text", ""))
+                raise InvalidInputError(f"observation.affordances: affordance of '{skill}' is {p}; "
+                                        "it must be a probability in [0, 1]")
+
+    def _observation(self, rec: SessionRecord, obs: dict[str, Any]) -> Observation:
+        """The planner's observation of a step (checked by :meth:`_check_observation` when it arrived)."""
+        return Observation(skills=list(obs.get("skills") or rec.skills),
+                           state={"affordances": dict(obs.get("affordances") or {})}, text=obs.get("text", ""))
 
     def _replay_step(self, planner: Planner, rec: SessionRecord, event: dict[str, Any]) -> Decision:
         obs = self._observation(rec, event.get("observation") or {})
@@ -169,12 +197,8 @@ class PlannerService:
         label = self._label(request.get("planner"))
         instruction = self._instruction(request.get("instruction", ""))
         env_name = request.get("env") or "kitchen"
-        skills = request.get("skills") or self.env_skills(env_name)
-        if len(skills) > self.config.limits.max_skills:
-            raise InvalidInputError(f"{len(skills)} skills; the limit is {self.config.limits.max_skills}")
-        if not skills or any(not s.strip() for s in skills):
-            raise InvalidInputError("skills must be non-empty labels")
         self.config.env_spec(env_name)
+        skills = self._check_skills(request.get("skills") or self.env_skills(env_name), "skills")
         rec = self.store.create(label, env_name, instruction, int(request.get("seed", 0)), list(skills))
         return self.session_info(rec)
 
@@ -184,6 +208,7 @@ class PlannerService:
                 "idle_expiry_s": self.config.limits.session_idle_s}
 
     def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        self._check_observation(request.get("observation") or {})
         rec = self.store.get(session_id)
         if rec.planner not in self.labels:
             raise InvalidInputError(f"session {session_id} belongs to planner '{rec.planner}'")
@@ -227,6 +252,17 @@ class PlannerService:
         """Drop every live planner (tests use it to simulate a replica restart)."""
         with self._lock:
             self._live.clear()
+
+
+def _start_state(env: Any, data: Any) -> dict[str, Any] | None:
+    """A request's ``start_state``, validated by the env's own parser (the one task files use), so a
+    bad one is refused naming the field before an episode starts; None when none was given."""
+    if data is None:
+        return None
+    try:
+        return env.parse_start_state(data)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"start_state: {exc}") from None
 
 
 def local_store(config: ServeConfig) -> SessionStore:
