@@ -170,7 +170,8 @@ class RuntimeSpec(_Strict):
     adaptive_batching: bool = Field(True, description="close a scorer batch as soon as it holds as many requests as "
                                     "the last one plus those queued, instead of always waiting the whole window")
     memo_size: int = Field(200_000, ge=0, description="(prompt, option) scores the scorer keeps for reuse across "
-                           "episodes, seeds and planners (exact; 0 disables the memo)")
+                           "episodes, seeds and planners (a hit returns the score as first computed, equal to a fresh "
+                           "one within ~1e-5; 0 disables the memo)")
     remote_affordance: bool = Field(False, description="serve affordance sources from one affordance-server actor")
     max_episode_retries: int = Field(3, ge=0, description="reruns of an episode whose runner died (then it is "
                                      "recorded as failed with the error)")

@@ -1,4 +1,4 @@
-"""Bring your own tasks (issue 10, item 7): load_task_file for each env's goal language, with errors
+"""Bring your own tasks: load_task_file for each env's goal language, with errors
 that name the line and the bad predicate, object or location."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.envs.kitchen.env import KitchenEnv
-from groundplan.envs.task_files import load_task_file
+from groundplan.envs.task_files import file_selection_note, load_task_file
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "configs" / "tasks"
@@ -219,3 +219,55 @@ def test_a_sweep_runs_the_tasks_of_a_task_file(tmp_path):
     bad.write_text("- {instruction: bring me a coke, family: mine, goal: {all: ['coke can at the moon']}}\n")
     with pytest.raises(InvalidInputError, match="bad.yaml"):
         run_sweep(small_kitchen_config(tmp_path, name="bad", tasks={"file": str(bad)}), lm=FakeLM(), progress=False)
+
+
+def _numbered_tasks(tmp_path: Path, n: int) -> Path:
+    """A file of ``n`` kitchen tasks in one family (as someone's own file would be)."""
+    lines = [json.dumps({"id": f"own-{k}", "instruction": "bring me a coke", "family": "own",
+                         "goal": ["delivered(coke can)"]}) for k in range(n)]
+    path = tmp_path / "own.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_task_file_set_on_the_command_line_runs_whole(tmp_path, monkeypatch, caplog):
+    """``--set tasks.file=...`` runs every task of the file, although the config cuts its own task set to 3
+    per family; ``--set tasks.per_family=N`` beside it keeps a cut, and the sweep then says in one line how
+    many of the file's tasks it runs and how to run them all."""
+    import logging
+
+    import groundplan.pipelines.sweep as sweep
+    from groundplan import cli
+    from groundplan.config import load_config
+    from tests.fakes import FakeLM
+
+    config = ROOT / "configs" / "saycan_kitchen.yaml"
+    path = _numbered_tasks(tmp_path, 5)
+    assert load_config(config).tasks.per_family == 3  # the config's quick look at the env's own set
+    assert load_config(config, cli.whole_task_file([f"tasks.file={path}"])).tasks.per_family is None
+    assert load_config(config, cli.whole_task_file([f"tasks.file={path}", "tasks.per_family=2"])).tasks.per_family == 2
+    assert cli.whole_task_file(["seeds=[0,1]"]) == ["seeds=[0,1]"]  # no file: the config's selection stands
+
+    ran: list[set[str]] = []
+    real = sweep.run_sweep
+
+    def run_with_fake_lm(cfg, **kw):
+        result = real(cfg, lm=FakeLM(), **kw)
+        ran.append({t.task_id for t in result.traces})
+        return result
+
+    monkeypatch.setattr(sweep, "run_sweep", run_with_fake_lm)
+    args = ["eval", str(config), "--local", "--no-mlflow", "--no-progress", "--planners", "No-VF",
+            "--set", "max_steps=2", "--set", f"tasks.file={path}"]
+    with caplog.at_level(logging.WARNING, logger="groundplan.pipelines.sweep"):
+        assert cli.main([*args, "--output", str(tmp_path / "whole")]) == 0
+        assert ran[-1] == {f"own-{k}" for k in range(5)}
+        assert not [r for r in caplog.records if "task file" in r.getMessage()]
+        assert cli.main([*args, "--set", "tasks.per_family=2", "--output", str(tmp_path / "cut")]) == 0
+    assert ran[-1] == {"own-0", "own-1"}
+    (note,) = [r.getMessage() for r in caplog.records if "task file" in r.getMessage()]
+    assert note == (f"task file {path}: running 2 of its 5 tasks (tasks.per_family=2); "
+                    "to run them all: --set tasks.per_family=null")
+    assert file_selection_note("f.yaml", 9, 4, 2, ["a"]) == (
+        "task file f.yaml: running 4 of its 9 tasks (tasks.per_family=2, tasks.families=['a']); "
+        "to run them all: --set tasks.per_family=null --set tasks.families=null")

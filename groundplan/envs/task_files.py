@@ -190,3 +190,15 @@ def load_task_file(path: str | Path, env: Env) -> list[Task]:
 def families_of(tasks: Sequence[Task]) -> list[str]:
     """The families of ``tasks`` in first-seen order (for per-family selection of file tasks)."""
     return list(dict.fromkeys(t.family for t in tasks))
+
+
+def file_selection_note(path: str | Path, in_file: int, selected: int, per_family: int | None,
+                        families: Sequence[str] | None) -> str:
+    """One line saying that a task file is not run whole, why, and how to run it whole. A config's
+    ``tasks.per_family`` is usually a quick look at an env's own task set; someone who brings a file
+    expects all of it, so a cut must never be silent."""
+    cuts = {"per_family": per_family, "families": list(families) if families else None}
+    cuts = {k: v for k, v in cuts.items() if v is not None}
+    why = ", ".join(f"tasks.{k}={v}" for k, v in cuts.items())
+    undo = " ".join(f"--set tasks.{k}=null" for k in cuts)
+    return f"task file {path}: running {selected} of its {in_file} tasks ({why}); to run them all: {undo}"

@@ -88,6 +88,10 @@ def select_tasks(env: Env, cfg: EvalConfig) -> list[Task]:
     for fam in families:
         fam_tasks = [t for t in tasks if t.family == fam]
         out.extend(fam_tasks if sel.per_family is None else fam_tasks[: sel.per_family])
+    if sel.file is not None and len(out) < len(tasks):  # someone's own file, cut by the config: say so
+        from groundplan.envs.task_files import file_selection_note
+
+        log.warning("%s", file_selection_note(sel.file, len(tasks), len(out), sel.per_family, sel.families))
     return out
 
 
