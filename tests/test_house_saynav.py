@@ -1,6 +1,8 @@
 """House env, scene graph, SayNav parsing and a tiny sweep through the sweep driver with a fake LM."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from fakes import FakeLM
@@ -10,7 +12,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import wilson_interval
 from groundplan.envs.house.env import HouseEnv, parse_targets
 from groundplan.envs.house.layout import generate_house
-from groundplan.envs.house.metrics import kendall_tau, spl
+from groundplan.envs.house.metrics import kendall_tau, kendall_tau_b, spl
 from groundplan.perception.scene_graph import SceneGraph
 from groundplan.planners import PLANNERS
 from groundplan.planners.saynav import parse_plan
@@ -20,7 +22,7 @@ from groundplan.rollout.episode import run_episode
 def test_houses_are_seeded_and_connected():
     a, b = generate_house(5), generate_house(5)
     assert np.array_equal(a.grid, b.grid) and [o.category for o in a.objects] == [o.category for o in b.objects]
-    assert not np.array_equal(generate_house(6).grid.shape, (0, 0))
+    assert not np.array_equal(a.grid, generate_house(6).grid)  # another seed, another house
     for seed in range(20):
         h = generate_house(seed)
         assert 3 <= len(h.rooms) <= 10
@@ -39,6 +41,26 @@ def test_env_episode_oracle_succeeds_and_measures():
     assert m["sr"] == 1.0 and 0 < m["spl"] <= 1 and m["path_m"] >= m["shortest_m"] - 1e-6
     assert -1 <= m["kendall_tau"] <= 1
     assert env.render().shape[2] == 3
+
+
+def test_env_tau_treats_targets_seen_at_the_same_step_as_ties():
+    """The found order comes from the step each target was first seen at; equal steps are ties (tau-b),
+    not an order made up from object ids."""
+    env = HouseEnv(houses_per_split=3, splits=("val",))
+    task = env.tasks()[0]
+    trace = run_episode(PLANNERS.get("house_oracle")(), env, task, seed=0)
+    assert trace.execution_success
+    optimal = env.shortest(task, env.sim.agent.path[0]).order
+    ids = {o.category: o.obj_id for o in env.sim.house.objects if o.obj_id in task.goal["target_ids"]}
+    first, second, third = (ids[c] for c in optimal)
+    for seen, want in [({first: 3, second: 5, third: 8}, 1.0), ({first: 8, second: 5, third: 3}, -1.0),
+                       ({first: 7, second: 7, third: 9}, 2 / math.sqrt(6)),
+                       ({first: 9, second: 7, third: 7}, -2 / math.sqrt(6))]:
+        env.sim.seen_close.update(seen)
+        assert env.episode_metrics(task, trace)["kendall_tau"] == pytest.approx(want), seen
+    env.sim.seen_close.update({first: 4, second: 4, third: 4})  # all three in one view: no order to compare
+    metrics = env.episode_metrics(task, trace)
+    assert metrics["sr"] == 1.0 and "kendall_tau" not in metrics
 
 
 def test_env_refuses_unknown_skill_and_bad_options():
@@ -74,11 +96,52 @@ def test_scene_graph_fuses_noisy_detections():
 
 
 def test_measures():
-    assert kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
-    assert kendall_tau(["c", "b", "a"], ["a", "b", "c"]) == -1.0
+    opt = ["a", "b", "c"]
+    assert kendall_tau({"a": 1, "b": 2, "c": 3}, opt) == 1.0
+    assert kendall_tau({"a": 30, "b": 20, "c": 10}, opt) == -1.0
+    assert kendall_tau({"b": 1, "a": 2, "c": 3}, opt) == pytest.approx(1 / 3)  # 2 concordant, 1 discordant
+    # a and b first seen at the same step: a tie, neither concordant nor discordant (tau-b), whatever
+    # their object ids; 2 concordant pairs / sqrt((3 - 1) * 3)
+    assert kendall_tau({"a": 5, "b": 5, "c": 9}, opt) == pytest.approx(2 / math.sqrt(6))
+    assert kendall_tau({"b": 5, "a": 5, "c": 9}, opt) == pytest.approx(2 / math.sqrt(6))
+    assert kendall_tau({"a": 9, "b": 5, "c": 5}, opt) == pytest.approx(-2 / math.sqrt(6))
+    assert kendall_tau({"a": 1, "b": 1, "c": 2, "d": 2}, [*opt, "d"]) == pytest.approx(4 / math.sqrt(4 * 6))
+    assert kendall_tau({"a": 4, "b": 4, "c": 4}, opt) is None  # all at once: no order to compare
+    assert kendall_tau({"a": 4, "z": 1}, opt) is None  # one common target: no pair
+    assert kendall_tau_b([1, 1, 2, 3], [1, 2, 2, 3]) == pytest.approx(4 / 5)  # ties on both sides: 4 / sqrt(5 * 5)
+    with pytest.raises(ValueError):
+        kendall_tau_b([1, 2], [1])
     assert spl(True, 5.0, 10.0) == 0.5 and spl(False, 5.0, 5.0) == 0.0
     lo, hi = wilson_interval(5, 10)
     assert lo < 0.5 < hi
+
+
+@pytest.mark.parametrize("house", [0, 10])  # houses where nearest-viewpoint hops miss L* (too short)
+def test_shortest_tour_is_the_exact_minimum_over_orders_and_viewpoints(house):
+    """L* against brute force: every order, every pair of viewpoints of its first two targets (a field
+    from each), then the nearest viewpoint of the last."""
+    import itertools
+
+    from groundplan.envs.house.layout import CELL
+    from groundplan.envs.house.metrics import shortest_tour, viewpoints
+    from groundplan.envs.house.sim import distance_field
+
+    env = HouseEnv(houses_per_split=house + 1, splits=("test",))
+    task = env.tasks()[house]
+    env.reset(task, 0)
+    h, start = env.sim.house, env.sim.agent.path[0]
+    objs = {o.obj_id: o for o in h.objects}
+    targets = [objs[t] for t in task.goal["target_ids"]]
+    vps = {t.obj_id: viewpoints(h, t, 2.5) for t in targets}
+    from_start = distance_field(h, [(int(start[0] // CELL), int(start[1] // CELL))])
+    from_cell = {c: distance_field(h, [c]) for v in vps.values() for c in v}
+    to_nearest = {t: distance_field(h, v) for t, v in vps.items()}
+    by_order = {(t1.category, t2.category, t3.category): min(from_start[a] + from_cell[a][b] + to_nearest[t3.obj_id][b]
+                                                             for a in vps[t1.obj_id] for b in vps[t2.obj_id])
+                for t1, t2, t3 in itertools.permutations(targets)}
+    tour = shortest_tour(h, start, targets)
+    assert tour.length_m == pytest.approx(min(by_order.values()))
+    assert by_order[tour.order] == pytest.approx(tour.length_m)  # orders may tie; its own is a shortest one
 
 
 def test_malformed_plan_is_recorded_and_replanned():

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from groundplan.core.errors import MissingDependencyError
+from groundplan.envs.house.layout import FREE
 from groundplan.envs.house.thor import (
     ThorHouseEnv,
     agent_pose,
@@ -81,10 +82,42 @@ def test_saynav_explore_runs_on_thor_fixture():
     assert trace.metrics["targets_found"] > 0 and trace.metrics["path_m"] > 0
 
 
-def test_live_thor_skips_cleanly():
-    pytest.importorskip("ai2thor")
+def test_documented_event_metadata_becomes_detections_and_pose():
+    """One ``event.metadata`` with every documented field: only visible objects within 6 m are detected,
+    doorways are doors, landmarks are large (catalog furniture and THOR's extra types), the rest small."""
+    meta = json.loads((Path(__file__).parent / "fixtures" / "thor_event_metadata.json").read_text())["metadata"]
+    assert detections(meta) == [
+        {"kind": "small", "category": "Apple", "position": [1.2, 0.4], "distance": 0.6,
+         "obj_id": "Apple|surface|2|7", "room_id": None},
+        {"kind": "large", "category": "CounterTop", "position": [1.0, 0.3], "distance": 0.75,
+         "obj_id": "CounterTop|2|0", "room_id": None},
+        {"kind": "large", "category": "Floor", "position": [3.0, 1.5], "distance": 1.1, "obj_id": "Floor|0|0",
+         "room_id": None},
+        {"kind": "door", "category": "Doorway", "position": [3.0, 1.5], "distance": 1.9, "obj_id": "door|2|3",
+         "room_id": None},
+        {"kind": "large", "category": "Bed", "position": [5.0, 2.0], "distance": 3.9, "obj_id": "Bed|3|1",
+         "room_id": None},
+    ]  # Pillow|3|4 is not visible; Television|3|2 is visible but 6.2 m away
+    assert [d["obj_id"] for d in detections(meta, max_distance=10.0)][-1] == "Television|3|2"
+    assert agent_pose(meta) == (1.25, 1.0, 270.0)  # THOR yaw 180 (facing -z) is our heading 270
+
+
+def test_live_thor_runs_the_fixture_house():
+    """The same adapter on a live THOR controller. It needs the ai2thor package (``pip install
+    'groundplan[thor]'``) and a THOR build that starts here (ai2thor downloads it on first use and needs
+    an X display or CloudRendering); without either it skips, saying which is missing."""
+    try:
+        import ai2thor  # noqa: F401
+    except ImportError:
+        pytest.skip("needs the ai2thor package (pip install 'groundplan[thor]') and a THOR build")
     env = ThorHouseEnv(houses=[FIX])
     try:
-        env.reset(env.tasks()[0], 0)
+        obs = env.reset(env.tasks()[0], 0)
     except MissingDependencyError as e:
-        pytest.skip(f"no THOR build: {e}")
+        pytest.skip(f"needs a THOR build that starts on this machine (downloaded by ai2thor, X display or "
+                    f"CloudRendering): {e}")
+    reachable = env.ctrl.step(action="GetReachablePositions").metadata["actionReturn"]
+    assert int((env.grid.grid == FREE).sum()) == len(reachable) > 0  # one free cell per reachable position
+    assert tuple(obs.state["pose"]) == agent_pose(env.ctrl.last_event.metadata)
+    trace = run_episode(PLANNERS.get("house_explore")(), env, env.tasks()[0], seed=0)
+    assert trace.error is None and trace.metrics["path_m"] > 0

@@ -80,8 +80,81 @@ def test_train_registers_a_policy_the_house_env_navigates_with(tmp_path):
     env = HouseEnv(houses_per_split=1, splits=("test",), navigator="learned", navigator_model="models:/pointnav-test/1",
                    navigator_tracking_uri=uri, max_sim_steps=200)
     assert env.navigator.success_radius == 0.5
-    obs = env.reset(env.tasks()[0], seed=0)
-    x, z = obs.state["pose"][:2]
-    step = env.execute(f"navigate to ({x + 0.5:.2f}, {z:.2f})")
+    env.reset(env.tasks()[0], seed=0)
+    gx, gz = _free_goal_in_view(env, 0.5)
+    step = env.execute(f"navigate to ({gx:.2f}, {gz:.2f})")
     assert step.observation.state["sim_steps"] > 0  # the policy acted in the simulator
-    assert step.success or any(w in step.feedback for w in ("stopped", "policy steps", "limit"))
+    assert step.feedback == _expected_feedback(env, (gx, gz), success_radius=0.5), step.feedback
+    assert step.success == step.feedback.startswith("reached")
+
+
+def _free_goal_in_view(env, dist_m: float) -> tuple[float, float]:
+    """The centre of a walkable cell ``dist_m`` from the agent along one of its depth-scan rays, with free
+    floor beyond it: a goal the navigator keeps as it is (its cell is free, and the first scan shows it)."""
+    from groundplan.envs.house.gym_env import N_RAYS, ray_ranges
+    from groundplan.envs.house.layout import CELL
+
+    a = env.sim.agent
+    ranges = ray_ranges(env.sim.house, a.x, a.z, a.heading)
+    k = next(k for k, r in enumerate(ranges) if r >= dist_m + 2 * CELL)
+    ang = np.radians(a.heading + 360.0 / N_RAYS * k)
+    i, j = int((a.x + dist_m * np.cos(ang)) // CELL), int((a.z + dist_m * np.sin(ang)) // CELL)
+    return (i + 0.5) * CELL, (j + 0.5) * CELL
+
+
+def _expected_feedback(env, goal: tuple[float, float], success_radius: float) -> str:
+    """What the house env must say after a learned ``navigate to`` a free goal in view ended where its
+    simulator now is: the policy acts until it stops, one simulator step per action, so it ran out of
+    steps, or stopped within the radius (reached), or stopped this far from the goal."""
+    sim, where = env.sim, f"({goal[0]:.2f}, {goal[1]:.2f})"
+    d = float(np.hypot(goal[0] - sim.agent.x, goal[1] - sim.agent.z))
+    if sim.out_of_steps:
+        return f"could not reach {where}: step limit reached"
+    if d <= success_radius:
+        return f"reached {where}"
+    return f"could not reach {where}: stopped {d:.2f} m from the goal"
+
+
+class ScriptedPolicy:
+    """An RLModule stand-in whose greedy action follows a script (its last action repeats), so each way
+    a learned ``navigate to`` ends can be reached on purpose."""
+
+    def __init__(self, actions: list[int]) -> None:
+        self.actions, self.k = actions, 0
+
+    def forward_inference(self, batch):
+        import torch
+
+        action = self.actions[min(self.k, len(self.actions) - 1)]
+        self.k += 1
+        return {"action_dist_inputs": torch.nn.functional.one_hot(torch.tensor([action]), 4).float() * 10}
+
+
+@pytest.mark.parametrize("script, goal_m, max_sim_steps, max_policy_steps, want", [
+    ([STOP], 0.0, 1500, 400, "reached"),
+    ([STOP], 1.5, 1500, 400, "stopped {d:.2f} m from the goal"),
+    ([1], 1.5, 1500, 7, "no stop within 7 policy steps"),
+    ([1], 1.5, 10, 400, "step limit reached"),
+])
+def test_learned_navigator_says_how_it_ended(monkeypatch, script, goal_m, max_sim_steps, max_policy_steps, want):
+    """Each way the learned navigator ends has its own message, and the house env passes it on."""
+    import groundplan.envs.house.learned_nav as learned_nav
+    from groundplan.envs.house.env import HouseEnv
+
+    monkeypatch.setattr(learned_nav, "load_policy", lambda uri, tracking_uri=None: (ScriptedPolicy(script),
+                                                                                      {"success_radius": 0.5}))
+    env = HouseEnv(houses_per_split=1, splits=("val",), navigator="learned", navigator_model="scripted",
+                   max_sim_steps=max_sim_steps)
+    env.navigator.max_policy_steps = max_policy_steps
+    env.reset(env.tasks()[0], seed=0)
+    gx, gz = _free_goal_in_view(env, goal_m)
+    step = env.execute(f"navigate to ({gx:.2f}, {gz:.2f})")
+    where = f"({gx:.2f}, {gz:.2f})"
+    d = float(np.hypot(gx - env.sim.agent.x, gz - env.sim.agent.z))
+    if want == "reached":
+        assert step.success and step.feedback == f"reached {where}"
+    else:
+        assert not step.success and step.feedback == f"could not reach {where}: " + want.format(d=d)
+        assert want != "stopped {d:.2f} m from the goal" or d > 0.5
+    if not want.startswith("no stop"):  # the end-to-end test's reading of the simulator agrees
+        assert step.feedback == _expected_feedback(env, (gx, gz), 0.5)

@@ -45,8 +45,8 @@ logger = logging.getLogger(__name__)
 register_measure("sr", "MultiON success: every target seen within 2.5 m before the step limit (SayNav Sec. 4.2)",
                  proportion=True)
 register_measure("spl", "success weighted by path length, L* the shortest path over all target orders (SayNav Sec. 4.2)")
-register_measure("kendall_tau", "Kendall tau of the found order vs the optimal order; successful episodes only "
-                 "(SayNav Sec. 4.2)", partial=True)
+register_measure("kendall_tau", "Kendall tau-b of the found order vs the optimal order, targets found at the same "
+                 "step tied; successful episodes that found them at different steps (SayNav Sec. 4.2)", partial=True)
 register_measure("path_m", "metres walked", higher_is_better=False)
 register_measure("targets_found", "fraction of the targets found")
 
@@ -260,8 +260,10 @@ class HouseEnv(Env):
         out = {"sr": float(success), "spl": spl(success, tour.length_m, sim.agent.path_m),
                "path_m": sim.agent.path_m, "targets_found": len(found) / len(self._targets),
                "shortest_m": tour.length_m, "sim_steps": float(sim.agent.steps)}
-        if success:
-            out["kendall_tau"] = kendall_tau([objs[t].category for t in found], tour.order)
+        if success:  # targets first seen at the same step are ties, not ordered by object id
+            tau = kendall_tau({objs[t].category: sim.seen_close[t] for t in found}, tour.order)
+            if tau is not None:  # all found at once: no order to compare, the episode has no tau
+                out["kendall_tau"] = tau
         return out
 
     # ------------------------------------------------------------------ pictures

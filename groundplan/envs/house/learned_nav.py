@@ -7,9 +7,17 @@ The policy sees only what a robot with a depth scan and odometry has: the goal's
 and 24 free-space ranges (:func:`~groundplan.envs.house.gym_env.pointnav_features`), never the map. It
 acts until it chooses *stop*, greedily or by sampling its action distribution (``action`` in
 ``pointnav.json``: a memoryless policy that acts greedily can repeat the same few moves forever where
-its view is ambiguous, and sampling breaks such loops; measured by the trainer on held-out houses). The
-step succeeds when it stopped within the radius it was trained for. The model is an RLlib ``RLModule`` saved with ``save_to_path`` next to ``pointnav.json``
-(its training settings and scores), loaded by MLflow URI (``models:/pointnav-house/1``) or folder.
+its view is ambiguous, and sampling breaks such loops; measured by the trainer on held-out houses).
+
+The navigator never reads the map either. The policy was trained on goals at the centres of walkable
+cells, while a planner's goal may lie inside furniture (SayNav's plans navigate to objects' positions,
+Sec. 3.3). So the navigator remembers the cells its own scans have shown free (:class:`ScanMemory`: along
+each of the 24 rays, every cell short of the measured range, from every pose of the episode's
+navigations) and steers to the goal's cell when a scan has shown it free, else to the scanned-free cell
+nearest the goal, re-chosen after every scan as more is seen. The step succeeds when the policy stopped
+within the radius it was trained for of that cell. The model is an RLlib ``RLModule`` saved with
+``save_to_path`` next to ``pointnav.json`` (its training settings and scores), loaded by MLflow URI
+(``models:/pointnav-house/1``) or folder.
 """
 from __future__ import annotations
 
@@ -19,10 +27,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from groundplan.core.errors import MissingModelError
-from groundplan.envs.house.gym_env import STOP, TURN_DEG, pointnav_features
+from groundplan.envs.house.gym_env import N_RAYS, STOP, TURN_DEG, pointnav_features, ray_ranges
 from groundplan.envs.house.layout import CELL
-from groundplan.envs.house.sim import Detection, HouseSim, nearest_free_cell
+from groundplan.envs.house.sim import Detection, HouseSim
 
 META = "pointnav.json"
 MODULE_DIR = "rl_module"
@@ -64,9 +74,45 @@ def choose_action(module: Any, features: Any, rng: Any = None) -> int:
     return int(rng.choice(len(p), p=p / p.sum()))
 
 
+class ScanMemory:
+    """The cells a robot's own depth scans have shown free in one episode (no map): a scan's ray k, at
+    ``heading + k·360°/N_RAYS``, measured free range r (:func:`~groundplan.envs.house.gym_env.ray_ranges`,
+    sampled every cell), so the cells at 0, 1, ... cells along it, short of r, are free."""
+
+    def __init__(self) -> None:
+        self.cells: set[tuple[int, int]] = set()
+        self._array: np.ndarray | None = None
+
+    def add_scan(self, x: float, z: float, heading: float, ranges: list[float]) -> None:
+        before = len(self.cells)
+        for k, r in enumerate(ranges):
+            ang = math.radians(heading + 360.0 / N_RAYS * k)
+            c, s = math.cos(ang), math.sin(ang)
+            for step in range(int(round(r / CELL))):
+                d = step * CELL
+                self.cells.add((int((x + d * c) // CELL), int((z + d * s) // CELL)))
+        if len(self.cells) != before:
+            self._array = None
+
+    def goal_cell(self, goal: tuple[float, float]) -> tuple[int, int] | None:
+        """The goal's cell if a scan showed it free, else the scanned-free cell whose centre is nearest the
+        goal (first found on ties); None before any scan."""
+        if not self.cells:
+            return None
+        cell = (int(goal[0] // CELL), int(goal[1] // CELL))
+        if cell in self.cells:
+            return cell
+        if self._array is None:
+            self._array = np.array(sorted(self.cells), dtype=float)
+        d2 = ((self._array + 0.5) * CELL - np.asarray(goal, dtype=float)) ** 2
+        i, j = self._array[int(np.argmin(d2.sum(1)))]
+        return int(i), int(j)
+
+
 class LearnedNavigator:
     """``navigate(sim, goal)`` with the learned policy; same contract as
-    :class:`~groundplan.envs.house.sim.AStarNavigator` (ok, detections on the way, reason)."""
+    :class:`~groundplan.envs.house.sim.AStarNavigator` (ok, detections on the way, reason), without its map
+    (module doc)."""
 
     name = "learned"
 
@@ -75,21 +121,31 @@ class LearnedNavigator:
         self.success_radius = float(self.meta["success_radius"])
         self.sample = self.meta.get("action", "greedy") == "sample"
         self.max_policy_steps = max_policy_steps
+        self._memory = ScanMemory()
+        self._episode: HouseSim | None = None
 
     def act(self, features: Any, rng: Any = None) -> int:
         return choose_action(self.module, features, rng if self.sample else None)
 
+    def memory(self, sim: HouseSim) -> ScanMemory:
+        """The scan memory of ``sim``'s episode (a new one for a new episode)."""
+        if self._episode is not sim:
+            self._episode, self._memory = sim, ScanMemory()
+        return self._memory
+
     def navigate(self, sim: HouseSim, goal: tuple[float, float]) -> tuple[bool, list[Detection], str]:
-        cell = nearest_free_cell(sim.house, goal[0], goal[1])
-        if cell is None:
-            return False, [], "no walkable cell near the goal"
-        gx, gz = (cell[0] + 0.5) * CELL, (cell[1] + 0.5) * CELL
         a = sim.agent
+        memory = self.memory(sim)
         seen: list[Detection] = []
         prev: int | None = None
+        gx, gz = goal
         for _ in range(self.max_policy_steps):
             if sim.out_of_steps:
                 return False, seen, "step limit reached"
+            memory.add_scan(a.x, a.z, a.heading, ray_ranges(sim.house, a.x, a.z, a.heading))
+            cell = memory.goal_cell(goal)
+            if cell is not None:
+                gx, gz = (cell[0] + 0.5) * CELL, (cell[1] + 0.5) * CELL
             action = self.act(pointnav_features(sim.house, a.x, a.z, a.heading, (gx, gz), prev), sim.rng)
             if action == STOP:
                 d = math.hypot(gx - a.x, gz - a.z)

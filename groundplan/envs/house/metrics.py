@@ -3,17 +3,18 @@ Kendall tau between the found order and the optimal order.
 
 The shortest path visits, for each target, a *viewpoint*: a walkable cell within the found radius
 (2.5 m) with a clear line of sight to it, since a target counts as found when it is seen from there.
-For each of the 3! orders the path chains geodesic hops start → viewpoint(t1) → viewpoint(t2) →
-viewpoint(t3), each hop to the nearest viewpoint of the next target; the minimum over orders is L*.
-(The greedy choice of viewpoint per hop makes L* an upper bound of the true optimum by at most the
-slack inside a 2.5 m disc; the paper runs A* over target positions the same way, Sec. 4.1.)
+L* is the exact minimum, over the target orders and over the viewpoint of each target, of the chained
+geodesic hops start → viewpoint(t1) → viewpoint(t2) → viewpoint(t3) on the simulator's grid. Choosing
+each hop's nearest viewpoint instead is not even a bound: that viewpoint can be a poor start for the
+next hop (too long), and steepest descent on a distance field can end at a viewpoint other than the
+nearest (too short). The paper runs A* over target positions (Sec. 4.1).
 """
 from __future__ import annotations
 
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -42,37 +43,41 @@ class ShortestTour:
 
 
 def shortest_tour(house: House, start: tuple[float, float], targets: Sequence[Obj], radius: float = 2.5) -> ShortestTour:
-    """L* and the order that achieves it (SayNav's ``shortest_path_targets_order``, Sec. 4.1)."""
+    """L* and the order that achieves it (SayNav's ``shortest_path_targets_order``, Sec. 4.1), exact.
+
+    ``walks[prefix]`` is the field of the shortest walks from the start that see the prefix's targets in
+    its order (each from one of its viewpoints) and then end at a cell: a distance field seeded at the
+    last target's viewpoints with the walk so far. The last hop needs no such field: the distance to a
+    target's nearest viewpoint is the same field from every cell. For three targets that is 7 Dijkstra
+    runs (start, three targets, three one-target prefixes), each prefix shared by the orders that begin
+    with it."""
     vps = {t.obj_id: viewpoints(house, t, radius) for t in targets}
-    fields = {t.obj_id: distance_field(house, vps[t.obj_id]) if vps[t.obj_id] else None for t in targets}
+    categories = tuple(t.category for t in targets)
+    if not targets or not all(vps.values()):
+        return ShortestTour(0.0 if not targets else float("inf"), categories)
     start_cell = (int(start[0] // CELL), int(start[1] // CELL))
-    best = ShortestTour(float("inf"), tuple(t.category for t in targets))
+    to_target = {t.obj_id: distance_field(house, vps[t.obj_id]) for t in targets}
+    walks: dict[tuple[int, ...], np.ndarray] = {(): distance_field(house, [start_cell])}
+
+    def walk(prefix: tuple[int, ...]) -> np.ndarray:
+        if prefix not in walks:
+            before = walk(prefix[:-1])
+            seeds = [c for c in vps[prefix[-1]] if np.isfinite(before[c])]
+            walks[prefix] = (distance_field(house, seeds, start_m=[float(before[c]) for c in seeds]) if seeds
+                             else np.full(house.grid.shape, np.inf))
+        return walks[prefix]
+
+    best = ShortestTour(float("inf"), categories)
     for perm in itertools.permutations(targets):
-        cell, total = start_cell, 0.0
-        for t in perm:
-            f = fields[t.obj_id]
-            if f is None or not np.isfinite(f[cell]):
-                total = float("inf")
-                break
-            total += float(f[cell])
-            # arrive at the viewpoint of t nearest to where we are: follow the field downhill
-            cell = _descend(f, cell)
+        ids = tuple(t.obj_id for t in perm)
+        if len(ids) == 1:
+            total = float(to_target[ids[0]][start_cell])
+        else:  # the walk through all but the last two, to a viewpoint of the one before last, then the last hop
+            before, last = walk(ids[:-2]), to_target[ids[-1]]
+            total = min(float(before[c] + last[c]) for c in vps[ids[-2]])
         if total < best.length_m:
             best = ShortestTour(total, tuple(t.category for t in perm))
     return best
-
-
-def _descend(field: np.ndarray, cell: tuple[int, int]) -> tuple[int, int]:
-    """Walk steepest-descent on a distance field to the source cell it measures to."""
-    W, H = field.shape
-    while field[cell] > 0:
-        i, j = cell
-        nbrs = [(i + a, j + b) for a in (-1, 0, 1) for b in (-1, 0, 1) if (a or b) and 0 <= i + a < W and 0 <= j + b < H]
-        nxt = min(nbrs, key=lambda c: field[c])
-        if field[nxt] >= field[cell]:
-            break
-        cell = nxt
-    return cell
 
 
 def spl(success: bool, shortest_m: float, path_m: float) -> float:
@@ -82,18 +87,36 @@ def spl(success: bool, shortest_m: float, path_m: float) -> float:
     return float(shortest_m / max(path_m, shortest_m, 1e-9))
 
 
-def kendall_tau(found: Sequence[str], optimal: Sequence[str]) -> float:
-    """Kendall's tau between two rankings of the same items: (concordant - discordant) / pairs."""
-    common = [x for x in optimal if x in found]
-    if len(common) < 2:
-        return 1.0
-    rank = {x: k for k, x in enumerate(found)}
-    conc = disc = 0
-    for a, b in itertools.combinations(common, 2):  # a before b in the optimal order
-        if rank[a] < rank[b]:
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-b of paired ranks (Kendall 1945, "The treatment of ties in ranking problems",
+    Biometrika 33(3)): ``(n_c - n_d) / sqrt((n_0 - n_1) (n_0 - n_2))`` with n_0 = n(n-1)/2 pairs, n_c / n_d
+    the concordant / discordant pairs, and n_1 / n_2 the pairs tied in ``x`` / in ``y``. A pair tied in
+    either ranking counts as neither concordant nor discordant, and the denominator shrinks so that a
+    perfect agreement with ties is still 1. ``None`` where it is undefined: fewer than two items, or
+    every item tied in one ranking (a zero denominator). This is what ``scipy.stats.kendalltau`` computes
+    by default; it is written out because scipy is no dependency of groundplan."""
+    if len(x) != len(y):
+        raise ValueError(f"kendall_tau_b: {len(x)} ranks against {len(y)}")
+    n0 = len(x) * (len(x) - 1) // 2
+    conc = disc = tied_x = tied_y = 0
+    for i, j in itertools.combinations(range(len(x)), 2):
+        dx, dy = x[i] - x[j], y[i] - y[j]
+        tied_x += dx == 0
+        tied_y += dy == 0
+        if dx * dy > 0:
             conc += 1
-        else:
+        elif dx * dy < 0:
             disc += 1
-    return (conc - disc) / (conc + disc)
+    denom = math.sqrt((n0 - tied_x) * (n0 - tied_y))
+    return None if denom == 0 else (conc - disc) / denom
 
 
+def kendall_tau(found_at: Mapping[str, float], optimal: Sequence[str]) -> float | None:
+    """Kendall tau between the order the targets were found in and the optimal order (SayNav Sec. 4.2).
+
+    ``found_at`` maps each found target to when it was found (the simulator step). Targets first seen
+    at the same step were found together, with no order between them: they are ties, so this is tau-b
+    (:func:`kendall_tau_b`), not an order invented by breaking the tie. Targets absent from either side
+    are left out; ``None`` where tau is undefined (fewer than two common targets, or all found at once)."""
+    common = [x for x in optimal if x in found_at]
+    return kendall_tau_b([float(found_at[x]) for x in common], [float(k) for k in range(len(common))])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -264,16 +264,21 @@ def astar(house: House, start: tuple[int, int], goal: tuple[int, int], extra: np
     return None
 
 
-def distance_field(house: House, sources: list[tuple[int, int]], extra: np.ndarray | None = None) -> np.ndarray:
+def distance_field(house: House, sources: list[tuple[int, int]], extra: np.ndarray | None = None,
+                   start_m: Sequence[float] | None = None) -> np.ndarray:
     """Geodesic distance in metres (8-connected, no corner cutting) from the nearest source cell; with
-    ``extra`` (per-cell added cost in cells, e.g. :func:`clearance_cost`) a cost field rather than a distance."""
+    ``extra`` (per-cell added cost in cells, e.g. :func:`clearance_cost`) a cost field rather than a distance.
+    ``start_m`` gives each source a distance already travelled (metres), so the field is the shortest
+    continuation of walks that end at the sources (the exact L* of :mod:`.metrics` chains hops this way)."""
     W, H = house.grid.shape
     walk = np.isin(house.grid, (FREE, DOOR))
     dist = np.full((W, H), np.inf)
     heap = []
-    for s in sources:
-        dist[s] = 0.0
-        heap.append((0.0, s))
+    for k, s in enumerate(sources):
+        d0 = 0.0 if start_m is None else float(start_m[k]) / CELL
+        if d0 < dist[s]:
+            dist[s] = d0
+            heap.append((d0, s))
     heapq.heapify(heap)
     moves = [(1, 0, 1.0), (-1, 0, 1.0), (0, 1, 1.0), (0, -1, 1.0),
              (1, 1, SQRT2), (1, -1, SQRT2), (-1, 1, SQRT2), (-1, -1, SQRT2)]

@@ -1,5 +1,7 @@
 """The MultiON table of SayNav (Table 1): SR and SPL over all episodes, Kendall tau over successful
 ones, each with n; SR with a 95% Wilson interval and SPL/tau with a normal-approximation interval.
+Tau is tau-b, targets first seen at the same step being ties (``metrics.kendall_tau``), so a successful
+episode that found every target at once has no tau and is not in its n.
 
 It reads any trace-like objects with ``planner`` and ``metrics`` attributes (``EpisodeTrace``), so it
 stays below the rollout layer.
