@@ -270,9 +270,11 @@ def test_paired_comparison_of_cost_effectiveness():
     annotated = with_cost_effectiveness(traces, {f"t{i}": 2 for i in range(5)})
     assert [t.metrics["cost_effective"] for t in annotated] == [1.0] * 5 + [0.0] * 5
     assert paired(annotated, [("GA-SCP", "GA-Say")]) == [
-        "GA-SCP vs GA-Say on 5 shared episodes: 0 solved only by GA-SCP, 0 only by GA-Say; exact McNemar p = 1.00"]
+        "GA-SCP vs GA-Say on 5 shared episodes: 0 solved only by GA-SCP, 0 only by GA-Say; exact McNemar p = 1.00, "
+        "Holm-adjusted p = 1.00 (not significant at 0.05)"]
     assert paired(annotated, [("GA-SCP", "GA-Say")], measure="cost_effective") == [
-        "GA-SCP vs GA-Say on 5 shared episodes: 5 cost-effective only by GA-SCP, 0 only by GA-Say; exact McNemar p = 0.06"]
+        "GA-SCP vs GA-Say on 5 shared episodes: 5 cost-effective only by GA-SCP, 0 only by GA-Say; exact McNemar p = 0.06, "
+        "Holm-adjusted p = 0.06 (not significant at 0.05)"]
 
 
 def test_oracle_can_names_a_registered_env():
@@ -298,7 +300,8 @@ def test_paired_comparison_counts_discordant_episodes():
     traces = [trace("GA-SCP", i, ok) for i, ok in enumerate(ga)] + [trace("GT", i, ok) for i, ok in enumerate(gt)]
     traces.append(trace("GT", 99, True))  # no GA-SCP episode on that task: not compared
     assert paired(traces, [("GA-SCP", "GT"), ("BA-SCP", "GT")]) == [
-        "GA-SCP vs GT on 6 shared episodes: 3 solved only by GA-SCP, 1 only by GT; exact McNemar p = 0.62"]
+        "GA-SCP vs GT on 6 shared episodes: 3 solved only by GA-SCP, 1 only by GT; exact McNemar p = 0.62, "
+        "Holm-adjusted p = 0.62 (not significant at 0.05)"]
 
 
 def test_small_p_values_keep_their_digits():

@@ -2,6 +2,7 @@
 Greedy-Action, Beam-Action lookahead, Perfect-Say, traces, and an episode in the kitchen."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -123,7 +124,13 @@ def test_beam_action_looks_ahead_where_greedy_action_does_not():
     assert first.info["plan"] == ["find a coke can", "pick up the coke can", "done"]
     assert all(len(call) <= 2 * 2 for call in source.calls)  # k×m items per batched call
     assert {c.skill for c in first.candidates} == {"find an apple", "find a coke can"}
-    assert first.info["search"][0][0]["kept"] in (True, False)
+    depth0, depth1 = first.info["search"][:2]
+    assert all(r["kept"] for r in depth0)  # k = 2: both first actions stay
+    # depth 1: the apple beam's continuations (acc ~ -3.1) lose to both of the coke beam's (-0.45, -2.9):
+    # the look-ahead drops the action Greedy-Action committed to
+    kept = {(depth0[r["beam"]]["action"], r["action"]) for r in depth1 if r["kept"]}
+    assert kept == {("find a coke can", "pick up the coke can"), ("find a coke can", "done")}
+    assert sorted(r["acc"] for r in depth1 if r["kept"]) == sorted(r["acc"] for r in depth1)[-2:]
     assert beam.next_step(OBS).skill == "pick up the coke can"
     last = beam.next_step(OBS)
     assert last.done and last.skill == "done"
@@ -133,10 +140,189 @@ def test_perfect_say_needs_oracle_and_offers_the_expert_action():
     with pytest.raises(InvalidInputError, match="oracle"):
         PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=RuleCanPay(), perfect_say=True)
     p = _planner(FakeLM(), RuleCanPay(), perfect_say=True, oracle=True, score="saycan")
+    assert p.oracles == ("expert plan",) and p.name == "saycanpay (oracle expert plan)"  # declared by the planner
     d = p.next_step(OBS)
     assert len(d.candidates) == 3
     assert "find a coke can" in {c.skill for c in d.candidates}
     assert {c.extra["texts"][0] for c in d.candidates} == {"<oracle>", "<distractor>"}
+
+
+class Oracular(RuleCanPay):
+    oracle = "simulator feasibility"
+
+
+def test_oracle_sources_are_declared_and_need_oracle_true():
+    with pytest.raises(InvalidInputError, match="reads ground truth"):
+        PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=Oracular(), score="saycan")
+    p = PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=Oracular(), score="saycan", perfect_say=True, oracle=True)
+    assert p.oracles == ("expert plan", "simulator feasibility")
+    assert PLANNERS.get("saycanpay")(lm=FakeLM(), affordance=RuleCanPay(), score="saycan").oracles == ()
+
+
+# ------------------------------------------------------------------------------------ offered actions
+class Listing:
+    """An action model of the toy kitchen's list: the coke can's pick-up is listed only while it is not
+    held, its put-down only while it is (the state: held or not); picking up twice fails."""
+
+    def __init__(self):
+        self.lists = []
+
+    def initial(self):
+        return False
+
+    def step(self, held, action):
+        if action == "pick up the coke can":
+            return None if held else True
+        return False if action == "put down the coke can" else held
+
+    def actions(self, held):
+        acts = [a for a in ACTIONS if a != ("put down the coke can" if not held else "pick up the coke can")]
+        self.lists.append((held, acts))
+        return acts
+
+
+def test_beam_action_offers_each_beam_the_list_of_its_predicted_state():
+    """With an action model, a proposal is mapped onto the list of the state the beam predicts: after
+    'pick up the coke can' the LM's repeat of it maps to the nearest action still listed; without one,
+    onto the first observation's list at every depth (and the decision says which)."""
+
+    def table(history):
+        if not history:
+            return [("pick up the coke can", -0.1), ("find a coke can", -0.2), ("done", -4.0)]
+        if len(history) == 1:
+            return [("pick up the coke can", -0.1), ("done", -3.0), ("bring it to you", -3.5)]
+        return [("done", -0.1), ("bring it to you", -3.0), ("find an apple", -3.5)]
+
+    opts = dict(score="say", decoding="beam_action", num_candidates=3, num_groups=3, beam_size=2)
+    plain = _planner(BeamLM(table), **opts)
+    d = plain.next_step(OBS)
+    assert d.info["actions_from"] == "first observation" and "first_list_agrees" not in d.info
+    assert ["pick up the coke can", "pick up the coke can"] == d.info["plan"][:2]  # a repeat, offered again
+    listing = Listing()
+    modelled = _planner(BeamLM(table), **opts)
+    modelled.use_action_model(listing)
+    d = modelled.next_step(OBS)
+    assert d.info["actions_from"] == "action model"
+    assert d.info["first_list_agrees"] is False  # the model lists no put-down at the start; OBS does
+    assert d.info["plan"][0] == "pick up the coke can" and d.info["plan"][1] != "pick up the coke can"
+    after_pick = [r for r in d.info["search"][1] if d.info["search"][0][r["beam"]]["action"] == "pick up the coke can"]
+    assert {r["action"] for r in after_pick} <= set(ACTIONS) - {"pick up the coke can"}
+    assert "put down the coke can" in {r["action"] for r in after_pick}  # 'pick up ...' maps onto it now
+    assert (True, [a for a in ACTIONS if a != "pick up the coke can"]) in listing.lists
+    assert modelled.next_step(OBS).info["actions_from"] == "action model"  # every decision says it
+    modelled.reset(TASK, OBS)  # a new episode forgets the model until the rollout gives one again
+    assert modelled.next_step(OBS).info["actions_from"] == "first observation"
+
+
+def test_a_step_the_model_says_fails_leaves_the_beam_state():
+    listing = Listing()
+    planner = _planner(BeamLM([[("done", -0.1)]]), score="say", decoding="beam_action", num_candidates=3,
+                       num_groups=3, beam_size=2)
+    planner.use_action_model(listing)
+    assert planner._advance(True, "pick up the coke can") is True  # picking up twice: the model says it fails
+    assert planner._advance(False, "pick up the coke can") is True
+
+
+def test_babyai_beam_action_plans_over_the_lists_the_env_would_offer():
+    """run_episode gives Beam-Action BabyAI's action model: at each depth each beam is offered exactly the
+    list the env shows after the beam's actions (the expert's plan, which succeeds step by step), and the
+    decisions record it; Greedy-Action reads the observation it is given."""
+    pytest.importorskip("minigrid")
+    from groundplan.envs import ENVS
+    from groundplan.envs.base import listed_actions, planning_model
+    from groundplan.rollout.episode import run_episode
+
+    env = ENVS.get("babyai")(test_per_family=1, train_per_family=1, generalize_per_family=1)
+    task = env.tasks(["blocked_unlock_pickup"])[0]
+    expert = list(task.reference_plan)
+    assert expert[-1] == "done picking up" and len(expert) > 3
+
+    class ExpertLM(BeamLM):
+        def beam_candidates(self, prompt, params):
+            self.beam_calls.append(prompt)
+            t = prompt.rsplit("[Initial State]", 1)[1].count("[Step ") - 1  # steps after the few-shot examples
+            return [BeamCandidate(text=text, logprob_sum=lp, num_tokens=1, score=lp, group=i, finish_reason="stop")
+                    for i, (text, lp) in enumerate([(expert[min(t, len(expert) - 1)], -0.1), (expert[0], -2.0),
+                                                    ("done picking up", -3.0)])]
+
+    planner = PLANNERS.get("saycanpay")(lm=ExpertLM(None), affordance=None, score="say", decoding="beam_action",
+                                        num_candidates=3, num_groups=3, beam_size=3, done_skill="done picking up")
+    offered = []
+    original = planner.candidates
+    def spy(history, actions):
+        offered.append((tuple(history), list(actions)))
+        return original(history, actions)
+
+    planner.candidates = spy
+    trace = run_episode(planner, env, task, seed=0)
+    assert trace.error is None, trace.error
+    assert [s.chosen for s in trace.steps] == expert and trace.execution_success
+    assert {s.info["actions_from"] for s in trace.steps} == {"action model"}
+    assert "first_list_agrees" not in trace.steps[0].info
+    obs = env.reset(task, 0)
+    model = planning_model(env, task, obs)
+    lists = {(): listed_actions(obs)}
+    for t, action in enumerate(expert[:-1]):
+        obs = env.execute(action).observation
+        lists[tuple(expert[: t + 1])] = listed_actions(obs)
+    on_path = [(h, acts) for h, acts in offered if h in lists]
+    assert len(on_path) >= len(expert) - 1
+    for history, acts in on_path:
+        assert acts == lists[history], history  # the env's own list after the same actions
+    assert any(lists[h] != lists[()] for h, _ in on_path)  # the list did change along the plan
+    assert model.actions(model.initial()) == lists[()]
+
+
+def test_babyai_action_model_follows_the_env_when_its_verdicts_do():
+    """The light model's list equals the env's after every action whose success it predicts right (it
+    cannot see reachability, so it may not); it never reads the goal."""
+    pytest.importorskip("minigrid")
+    import random
+
+    from groundplan.envs import ENVS
+    from groundplan.envs.base import listed_actions, planning_model
+
+    env = ENVS.get("babyai")(test_per_family=2, train_per_family=1, generalize_per_family=1)
+    rng = random.Random(0)
+    agreed = 0
+    for task in env.tasks():
+        obs = env.reset(task, 0)
+        model = planning_model(env, dataclasses.replace(task, goal=None, reference_plan=None), obs)
+        state = model.initial()
+        assert model.actions(state) == listed_actions(obs)
+        for _ in range(12):
+            action = rng.choice(listed_actions(obs)[:-1])
+            result, after = env.execute(action), model.step(state, action)
+            if result.success != (after is not None):
+                assert not result.success and ("reach" in result.feedback or "locked" in result.feedback)
+                break
+            state = after if after is not None else state
+            obs = result.observation
+            assert model.actions(state) == listed_actions(obs), (task.task_id, action)
+            agreed += 1
+    assert agreed > 20
+    fresh = ENVS.get("babyai")(test_per_family=2, train_per_family=1, generalize_per_family=1)
+    task = env.tasks()[0]  # not reset in ``fresh``: the model is built from the task's seed
+    assert fresh.action_model(task).actions(fresh.action_model(task).initial()) == listed_actions(env.reset(task, 0))
+
+
+@pytest.mark.parametrize("name", ["hanoi", "blocks_bowls"])
+def test_tabletop_symbolic_models_list_the_envs_actions(name):
+    pytest.importorskip("pybullet")
+    from groundplan.envs import ENVS
+    from groundplan.envs.base import WithoutGoal, listed_actions, planning_model
+
+    env = ENVS.get(name)(split="test", test_size=2, train_size=5, place_noise_std=0.0)
+    task = env.tasks()[0]
+    obs = env.reset(task, 0)
+    model = planning_model(env, task, obs)
+    assert isinstance(model, WithoutGoal) and not hasattr(model, "goal_holds")
+    state = model.initial()
+    for action in task.reference_plan[:2]:
+        assert model.actions(state) == listed_actions(obs)
+        obs, state = env.execute(action).observation, model.step(state, action)
+    assert model.actions(state) == listed_actions(obs)
+    env.close()
 
 
 def test_missing_canpay_source_is_refused():

@@ -6,6 +6,7 @@ import pytest
 
 from groundplan.envs import ENVS
 from groundplan.envs.experts import EXPERTS
+from groundplan.envs.splits import visible_signature
 
 
 def solve(env, task, max_steps=30):
@@ -73,10 +74,13 @@ def test_babyai_infeasible_actions_fail_with_a_reason():
 
 
 def test_babyai_splits_deterministic_and_disjoint():
-    a = {s: ENVS.get("babyai")(split=s, **SMALL).tasks() for s in ("train", "test", "test-generalize")}
+    envs = {s: ENVS.get("babyai")(split=s, **SMALL) for s in ("train", "test", "test-generalize")}
+    a = {s: env.tasks() for s, env in envs.items()}
     b = ENVS.get("babyai")(split="test", **SMALL).tasks()
     assert [t.task_id for t in a["test"]] == [t.task_id for t in b]
-    sigs = {s: {t.metadata["signature"] for t in ts} for s, ts in a.items()}
+    # disjoint in what the models read (mission, first observation text, expert plan), not only in layout
+    sigs = {s: {visible_signature(t.instruction, envs[s].reset(t, 0).text, t.reference_plan) for t in ts}
+            for s, ts in a.items()}
     assert not (sigs["train"] & sigs["test"]) and not (sigs["train"] & sigs["test-generalize"])
     ids = [t.task_id for ts in a.values() for t in ts]
     assert len(ids) == len(set(ids))
@@ -94,11 +98,15 @@ def test_hanoi_solver_is_optimal():
 
 def test_hanoi_splits_deterministic_and_disjoint():
     pytest.importorskip("pybullet")
-    from groundplan.envs.tabletop.hanoi import NOVEL_COLOURS, split_tasks
+    from groundplan.envs.tabletop.hanoi import NOVEL_COLOURS, describe, split_tasks, start_stacks
+
+    def seen(t):  # what the models read: instruction, first observation text, expert plan
+        text = describe(t.start_state["colours"], start_stacks(tuple(t.start_state["rods"])))
+        return visible_signature(t.instruction, text, t.reference_plan)
 
     train, test, gen = (split_tasks(s, 40, 40, 0.25) for s in ("train", "test", "test-generalize"))
     assert split_tasks("test", 40, 40, 0.25) == test
-    assert not {t.metadata["signature"] for t in train} & {t.metadata["signature"] for t in test}
+    assert not {seen(t) for t in train} & {seen(t) for t in test}
     assert all(len(t.start_state["colours"]) == 4 and set(t.start_state["colours"]) <= set(NOVEL_COLOURS) for t in gen)
     assert all(len(t.start_state["colours"]) == 3 for t in train + test)
 
@@ -127,12 +135,13 @@ def test_hanoi_oracle_and_illegal_moves_under_physics():
 # ------------------------------------------------------------------------------------ blocks in bowls
 def test_blocks_bowls_oracle_illegal_and_splits():
     pytest.importorskip("pybullet")
-    from groundplan.envs.tabletop.blocks_bowls import NOVEL_COLOURS, split_tasks
+    from groundplan.envs.tabletop.blocks_bowls import NOVEL_COLOURS, scene_text, split_tasks
 
     env = ENVS.get("blocks_bowls")(split="test", test_size=2, train_size=5)
     task = env.tasks()[0]
     obs = env.reset(task, 0)
     assert obs.text.startswith("There is a ") and not env.check_goal().success
+    assert task.metadata["signature"] == visible_signature(task.instruction, obs.text, task.reference_plan)
     plan, ok = solve(env, task)
     assert ok and env.check_goal().success
     assert tuple(plan) == task.reference_plan  # the task carries the oracle's plan
@@ -141,8 +150,12 @@ def test_blocks_bowls_oracle_illegal_and_splits():
     assert not r.success and "already in" in r.feedback
     assert not env.execute("put the red bowl 1 in the green block 1").success
     env.close()
+    def seen(t):  # what the models read: instruction, first observation text (all on the table), expert plan
+        text = scene_text(t.start_state["bowls"], t.start_state["blocks"], {})
+        return visible_signature(t.instruction, text, t.reference_plan)
+
     train, test, gen = (split_tasks(s, 20, 20) for s in ("train", "test", "test-generalize"))
-    assert not {t.metadata["signature"] for t in train} & {t.metadata["signature"] for t in test}
+    assert not {seen(t) for t in train} & {seen(t) for t in test}
     assert all(b.split()[0] in NOVEL_COLOURS for t in gen for b in t.start_state["blocks"])
 
 

@@ -1,6 +1,8 @@
-"""Error bars and paired tests in the summary (issue 10, item 8), and tables that survive non-tty output."""
+"""Error bars and paired tests in the summary, so two planners are compared on more than their means, and
+tables that survive non-tty output."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.stats import holm_adjust
 from groundplan.pipelines.summary import (
     ALL,
     mcnemar_exact,
@@ -21,7 +24,7 @@ from groundplan.pipelines.summary import (
     wilson_interval,
     write_summary,
 )
-from groundplan.rollout.traces import EpisodeTrace
+from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,6 +115,87 @@ def test_paired_tests_count_only_shared_episodes():
     assert (t["both"], t["a_only"], t["b_only"], t["neither"]) == (2, 1, 8, 1)
     assert t["p_value"] == pytest.approx(2 * (1 + 9) / 512)
     assert t["a_rate"] == pytest.approx(3 / 12) and t["b_rate"] == pytest.approx(10 / 12)
+
+
+def test_paired_tests_carry_holm_adjusted_p_values_over_the_env():
+    """Two tests in env 'toy' (execution and goal success, the same outcomes): each raw p = 20/512 < 0.05,
+    Holm over the family of 2 doubles the smaller: 40/512 > 0.05. Another env is its own family."""
+    traces = _paired_traces()
+    other = [dataclasses.replace(t, env="other") for t in traces if t.task_id == "t0"]
+    tests = paired_tests(traces + other, planner_order=["A", "B"])
+    toy = [t for t in tests if t["env"] == "toy"]
+    assert len(toy) == 2
+    for t in toy:
+        assert t["p_value"] == pytest.approx(20 / 512) and t["p_holm"] == pytest.approx(40 / 512)
+        assert t["adjustment"] == "Holm-Bonferroni over the 2 paired tests of env 'toy'"
+    (lone,) = [t for t in tests if t["env"] == "other" and t["measure"] == "execution_success"]
+    assert lone["p_holm"] == pytest.approx(holm_adjust([t["p_value"] for t in tests if t["env"] == "other"])[0])
+
+
+# ------------------------------------------------------------------------------------ Holm
+def test_holm_hand_computed():
+    """p = (0.01, 0.04, 0.03, 0.005), m = 4. Sorted: 0.005, 0.01, 0.03, 0.04, times 4, 3, 2, 1:
+    0.02, 0.03, 0.06, 0.04; running maximum 0.02, 0.03, 0.06, 0.06; back in input order:"""
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([0.5, 0.4]) == pytest.approx([0.8, 0.8])  # (2 x 0.4 = 0.8; max(0.8, 0.5)) ...
+    assert holm_adjust([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # ... capped at 1
+    assert holm_adjust([0.03]) == [0.03] and holm_adjust([]) == []
+    with pytest.raises(InvalidInputError):
+        holm_adjust([0.2, 1.5])
+
+
+def test_holm_matches_statsmodels():
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    ps = [0.001, 0.2, 0.013, 0.04, 0.04, 0.9, 0.0004, 0.03]
+    assert holm_adjust(ps) == pytest.approx(list(multitest.multipletests(ps, method="holm")[1]))
+
+
+# ------------------------------------------------------------------------------------ SayCanPay tables
+def _scp_trace(planner: str, i: int, ok: bool, actions_from: str | None = None) -> EpisodeTrace:
+    info = {} if actions_from is None else {"actions_from": actions_from, "search": []}
+    return EpisodeTrace(episode_id=f"{planner}|{i}", planner=planner, env="babyai", task_id=f"t{i}", family="f",
+                        instruction="x", seed=0, llm="fake", execution_success=ok,
+                        steps=[StepTrace(0, "done picking up", True, info=info)])
+
+
+def test_scp_tables_call_significant_only_after_holm():
+    """X beats Y 9 to 1 (raw p = 22/1024 = 0.021) and Z = X: the family of 3 lines adjusts the two 0.021s to
+    0.064 and 0.043 -> 0.064 (running maximum), so neither is significant at 0.05."""
+    from groundplan.pipelines.saycanpay_tables import paired
+
+    x = [i < 9 for i in range(10)]
+    traces = [_scp_trace(row, i, ok if row != "Y" else not ok) for row in "XYZ" for i, ok in enumerate(x)]
+    lines = paired(traces, [("X", "Y"), ("X", "Z"), ("Z", "Y")])
+    assert lines[0] == ("X vs Y on 10 shared episodes: 9 solved only by X, 1 only by Y; exact McNemar p = 0.02, "
+                        "Holm-adjusted p = 0.06 (not significant at 0.05)")
+    assert lines[1].endswith("exact McNemar p = 1.00, Holm-adjusted p = 1.00 (not significant at 0.05)")
+    assert lines[2].endswith("Holm-adjusted p = 0.06 (not significant at 0.05)")
+    alone = paired(traces, [("X", "Y")])  # a family of one: nothing to adjust
+    assert alone[0].endswith("exact McNemar p = 0.02, Holm-adjusted p = 0.02 (significant at 0.05)")
+
+
+def test_scp_tables_refuse_a_decoder_comparison_that_is_not_like_for_like():
+    """A Beam-Action row offered the first observation's actions is not compared with a Greedy row in an env
+    whose list changes (BabyAI); one offered its beams' predicted lists is; scores within Beam-Action are."""
+    from groundplan.pipelines.saycanpay_tables import lists_fixed_actions, not_like_for_like, paired_report
+
+    ga = [_scp_trace("GA-SCP", i, i < 2) for i in range(12)]
+    first = [_scp_trace("BA-SCP", i, True, "first observation") for i in range(12)]
+    say = [_scp_trace("BA-Say", i, False, "first observation") for i in range(12)]
+    pairs = [("BA-SCP", "GA-SCP"), ("BA-SCP", "BA-Say")]
+    assert not lists_fixed_actions("babyai") and lists_fixed_actions("hanoi")
+    lines = paired_report(ga + first + say, pairs, fixed_actions=False)
+    assert lines[0].endswith("(not like-for-like: BA-SCP was offered the first observation's actions at every "
+                             "depth; no decoder conclusion)")
+    assert lines[1].endswith("Holm-adjusted p = 9.8e-04 (significant at 0.05)")  # same decoder: compared
+    assert not_like_for_like(ga + first, fixed_actions=False) == {
+        "BA-SCP": "BA-SCP was offered the first observation's actions at every depth"}
+    # an env that lists the same actions in every state: the first observation's list is the right one
+    assert paired_report(ga + first, pairs[:1], fixed_actions=True)[0].endswith("(significant at 0.05)")
+    model = [_scp_trace("BA-SCP", i, True, "action model") for i in range(12)]
+    assert paired_report(ga + model, pairs[:1])[0].endswith("(significant at 0.05)")
+    old = [dataclasses.replace(t, steps=[StepTrace(0, "done picking up", True, info={"search": []})]) for t in model]
+    assert "do not record which actions" in paired_report(ga + old, pairs[:1])[0]
 
 
 def test_rows_and_summary_json_carry_n_and_intervals(tmp_path):

@@ -40,23 +40,88 @@ class EnvCapabilities:
     #: camera names of the frames :meth:`Env.frames` returns (empty: it renders nothing)
     cameras: tuple[str, ...] = ()
     #: :meth:`Env.symbolic_model` gives the env's rules over a small symbolic state (noise-free), so an
-    #: oracle can check action sequences without running the simulator (e.g. physics)
+    #: oracle can check action sequences without running the simulator (e.g. physics); every symbolic
+    #: model is also an action model (:meth:`Env.action_model`)
     symbolic_model: bool = False
+    #: :meth:`Env.action_model` predicts, without the goal, which actions the env lists after a sequence of
+    #: actions (for an env whose list changes with the state but whose rules are not all symbolic)
+    action_model: bool = False
+    #: every observation of an episode lists the same actions (skills and admissible mask)
+    fixed_actions: bool = False
 
 
-class SymbolicModel(Protocol):
-    """An env's rules for one task, without its simulator: the start state, each action's preconditions
-    and effect, and the goal. It must agree with the env's own ``execute`` / ``check_goal`` when no noise
-    is drawn (each env's tests check that on sampled action sequences)."""
+class ActionModel(Protocol):
+    """What a planner that plans ahead of execution may know of an env's rules for one task: the start
+    state, each action's effect, and the actions the env lists in a state; never the goal.
+
+    SayCanPay plans offline (Sec. 4: only o_0 is observed) and maps every proposal onto "an exhaustive list
+    of admissible actions (feasible and otherwise)" (Sec. 7.1). A decoder that executes step by step
+    (Greedy-Action) is offered the list of the state it is in; Beam-Action (Sec. 5.2) advances this model
+    along each beam, so at every depth it is offered the list of the state the beam predicts, not the
+    first observation's. :meth:`actions` is that list, not a precondition filter: it must equal the env's
+    ``Observation.skills`` (masked by ``admissible``) after the same actions, whenever each action
+    succeeded or failed as :meth:`step` predicts."""
 
     def initial(self) -> Hashable:
         """The task's start state."""
 
     def step(self, state: Hashable, action: str) -> Hashable | None:
-        """The state after ``action``, or None when its preconditions fail in ``state``."""
+        """The state after ``action``, or None when its preconditions fail in ``state`` (the env's failed
+        step changes nothing)."""
+
+    def actions(self, state: Hashable) -> list[str]:
+        """The actions the env lists in ``state``, in the env's order."""
+
+
+class SymbolicModel(ActionModel, Protocol):
+    """An env's rules for one task, without its simulator: the start state, each action's preconditions
+    and effect, the actions listed in each state, and the goal. It must agree with the env's own
+    ``execute`` / ``check_goal`` when no noise is drawn (each env's tests check that on sampled action
+    sequences)."""
 
     def goal_holds(self, state: Hashable) -> bool:
         """Whether the task's goal holds in ``state``."""
+
+
+class WithoutGoal:
+    """A :class:`SymbolicModel` with its goal check hidden: the :class:`ActionModel` a planner is given,
+    so ground truth cannot leak through it (the goal is the task's; the rules are the env's)."""
+
+    def __init__(self, model: SymbolicModel) -> None:
+        self._model = model
+
+    def initial(self) -> Hashable:
+        return self._model.initial()
+
+    def step(self, state: Hashable, action: str) -> Hashable | None:
+        return self._model.step(state, action)
+
+    def actions(self, state: Hashable) -> list[str]:
+        return self._model.actions(state)
+
+
+class FixedActions:
+    """The :class:`ActionModel` of an env that lists the same actions in every state of an episode
+    (``capabilities.fixed_actions``): one state, and the list of the episode's first observation."""
+
+    def __init__(self, actions: Sequence[str]) -> None:
+        self._actions = list(actions)
+
+    def initial(self) -> int:
+        return 0
+
+    def step(self, state: Hashable, action: str) -> Hashable:
+        return state
+
+    def actions(self, state: Hashable) -> list[str]:
+        return list(self._actions)
+
+
+def listed_actions(observation: Observation) -> list[str]:
+    """The actions ``observation`` offers: its skills, masked by ``admissible`` where given."""
+    if observation.admissible is None:
+        return list(observation.skills)
+    return [s for s, ok in zip(observation.skills, observation.admissible) if ok]
 
 
 class Env(ABC):
@@ -100,6 +165,14 @@ class Env(ABC):
         ``capabilities.symbolic_model``)."""
         raise NotImplementedError(f"{type(self).__name__} has no symbolic model")
 
+    def action_model(self, task: Task) -> ActionModel:
+        """The rules of ``task`` a planner may use, as an :class:`ActionModel` (envs that declare
+        ``capabilities.action_model`` or ``symbolic_model``); by default the symbolic model with its goal
+        check hidden (:class:`WithoutGoal`)."""
+        if self.capabilities.symbolic_model:
+            return WithoutGoal(self.symbolic_model(task))
+        raise NotImplementedError(f"{type(self).__name__} has no action model")
+
     def frames(self) -> list[Any]:
         """Recent camera frames, ``{"step": int, "camera": str, "rgb": HxWx3 uint8}`` (envs that declare
         ``capabilities.cameras``); the rollout saves the newest after each step."""
@@ -139,3 +212,15 @@ class Env(ABC):
     def task_metadata(self, goal: Any, start_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Env-specific ``Task.metadata`` for a user task (e.g. the tabletop's reference sub-goals)."""
         return {}
+
+
+def planning_model(env: Env, task: Task, observation: Observation) -> ActionModel | None:
+    """The :class:`ActionModel` ``env`` declares for ``task`` (call it right after ``env.reset(task, ...)``,
+    which gave ``observation``): its action model or its symbolic model without the goal; for an env that
+    lists fixed actions, those of ``observation``; None when the env declares none."""
+    caps = env.capabilities
+    if caps.action_model or caps.symbolic_model:
+        return env.action_model(task)
+    if caps.fixed_actions:
+        return FixedActions(listed_actions(observation))
+    return None

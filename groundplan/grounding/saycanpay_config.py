@@ -82,8 +82,9 @@ class TrainConfig(BaseModel):
     lr_head: float = Field(1e-4, gt=0, description="Learning rate of the head (Table 8: 1e-4).")
     lr_encoder: float = Field(1e-5, ge=0, description="Learning rate of the encoder (Table 8: 1e-5); 0 freezes it.")
     weight_decay: float = Field(1e-5, ge=0, description="AdamW weight decay (Table 8).")
-    val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of trajectories held out for validation "
-                                "(Table 8: 0.8 train / 0.2 validation), split by trajectory, not by step.")
+    val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of tasks held out for validation "
+                                "(Table 8: 0.8 train / 0.2 validation), with all their trajectories: split by "
+                                "task, never by trajectory or step.")
     bce_weight: float = Field(0.5, ge=0, description="Can only: weight of a pointwise binary cross-entropy term "
                               "(positive 1, negatives 0) added to InfoNCE. InfoNCE (Eq. 8) fixes only logit "
                               "differences, but SayCan/SayCanPay multiply p_can as an absolute probability and "

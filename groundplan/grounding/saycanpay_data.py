@@ -27,6 +27,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from groundplan.envs.splits import visible_signature
+
 log = logging.getLogger(__name__)
 
 
@@ -121,12 +123,45 @@ def read_trajectories(paths: Iterable[str], env: str | None = None, split: str |
     return out
 
 
+def trajectory_signature(traj: Trajectory) -> str:
+    """What the Can/Pay models read of a trajectory (App. B.1): its goal, initial observation and actions."""
+    return visible_signature(traj.goal, traj.init_obs, traj.actions)
+
+
+def task_groups(trajs: Sequence[Trajectory]) -> list[list[Trajectory]]:
+    """The trajectories grouped by task: two are of one task when they share a task id (the seeds of a
+    kitchen task: same instruction and reference plan) or what the models read of them
+    (:func:`trajectory_signature`: twins of different task ids). Groups keep the input order, and are
+    ordered by their first trajectory."""
+    parent = list(range(len(trajs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[str, str], int] = {}
+    for i, tr in enumerate(trajs):
+        for key in (("task", tr.task_id or tr.traj_id), ("seen", trajectory_signature(tr))):
+            j = first.setdefault(key, i)
+            if j != i:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[Trajectory]] = {}
+    for i, tr in enumerate(trajs):
+        groups.setdefault(find(i), []).append(tr)
+    return list(groups.values())
+
+
 def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
-    """Train/validation split by trajectory (Table 8: 80/20), deterministic in ``seed``."""
-    order = list(trajs)
-    random.Random(seed).shuffle(order)
-    n_val = max(1, int(round(len(order) * val_fraction))) if len(order) > 1 else 0
-    return order[n_val:], order[:n_val]
+    """Train/validation split by task (Table 8: 80/20), never by trajectory, deterministic in ``seed``:
+    ``val_fraction`` of the tasks (:func:`task_groups`) with all their trajectories. Split by trajectory,
+    the other seeds of a validation task were training data (every kitchen task has 5 seeds with one
+    instruction and plan), so validation measured recall. Empty validation when all are of one task."""
+    groups = task_groups(trajs)
+    random.Random(seed).shuffle(groups)
+    n_val = min(len(groups) - 1, max(1, int(round(len(groups) * val_fraction)))) if len(groups) > 1 else 0
+    return [t for g in groups[n_val:] for t in g], [t for g in groups[:n_val] for t in g]
 
 
 # ------------------------------------------------------------------------------------ examples

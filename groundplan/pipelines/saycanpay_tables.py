@@ -8,7 +8,15 @@ Wilson interval.
 
 ``python -m groundplan.pipelines.saycanpay_tables <run_dir> [<run_dir> ...] [--env kitchen] [--split test]`` prints a
 Markdown table and the paired comparisons behind the paper's claims (:data:`PAIRS`), on success and on
-cost-effectiveness.
+cost-effectiveness: each an exact McNemar test on the shared episodes, its p-value Holm-adjusted over all
+the table's paired tests (12 for the six pairs on two measures), and called significant only after that.
+
+A Greedy-vs-Beam line compares decoders only if both were offered the same actions at each step
+(Sec. 7.1's list of admissible actions): Greedy-Action reads the list of the state it is in, Beam-Action
+(Sec. 5.2) plans ahead and is offered the list of the state each beam predicts when the env gives it an
+action model. Where its decisions record that it was offered the first observation's list instead (or do
+not record it), and the env's list can change from state to state (it does not declare
+``fixed_actions``), the line says "not like-for-like" and draws no conclusion.
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from groundplan.core.stats import wilson_interval
+from groundplan.core.stats import holm_adjust, wilson_interval
 from groundplan.pipelines.summary import paired_tests
 from groundplan.rollout.traces import EpisodeTrace, read_traces
 
@@ -27,6 +35,10 @@ from groundplan.rollout.traces import EpisodeTrace, read_traces
 #: and Can alone, help over Say alone)
 PAIRS = (("GA-SCP", "GT"), ("BA-SCP", "GA-SCP"), ("GA-SCP", "GA-Say"), ("BA-SCP", "BA-Say"), ("GA-SC", "GA-Say"),
          ("BA-SC", "BA-Say"))
+#: family-wise error rate at which a Holm-adjusted p-value is called significant
+ALPHA = 0.05
+#: what a Beam-Action decision records (``actions_from``) when it was offered the predicted state's list
+FROM_MODEL = "action model"
 
 
 @dataclass
@@ -86,27 +98,72 @@ def format_p(p: float) -> str:
     return f"{p:.2f}" if p >= 0.01 else f"{p:.1e}"
 
 
-def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS,
-           measure: str = "execution_success") -> list[str]:
-    """For each pair of planners run on the same tasks: episodes only the first / only the second
-    solved (``measure``: success, or ``cost_effective`` on traces from :func:`with_cost_effectiveness`),
-    and the exact McNemar p-value (:func:`~groundplan.pipelines.summary.paired_tests`: the planners are
-    compared on identical episodes, not by their rates)."""
-    tests = {(r["a"], r["b"]): r for r in paired_tests(traces) if r["measure"] == measure}
-    what = "solved" if measure == "execution_success" else measure.replace("_", "-")
+def beam_action_sources(traces: Iterable[EpisodeTrace]) -> dict[str, set[str]]:
+    """For each Beam-Action row (a planner whose decisions carry the search record), where the actions it
+    was offered came from: what its decisions record as ``actions_from``, or "not recorded"."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for t in traces:
+        for s in t.steps:
+            if "actions_from" in s.info:
+                out[t.planner].add(str(s.info["actions_from"]))
+            elif "search" in s.info:
+                out[t.planner].add("not recorded")
+    return dict(out)
+
+
+def not_like_for_like(traces: Iterable[EpisodeTrace], fixed_actions: bool) -> dict[str, str]:
+    """Beam-Action rows that cannot be compared with a Greedy row (module doc), each with the reason;
+    none where the env lists the same actions in every state (``fixed_actions``)."""
+    if fixed_actions:
+        return {}
+    return {row: f"{row} was offered the first observation's actions at every depth" if "first observation" in src
+            else f"{row}'s traces do not record which actions it was offered"
+            for row, src in beam_action_sources(traces).items() if src != {FROM_MODEL}}
+
+
+def paired_report(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS,
+                  measures: Sequence[str] = ("execution_success",), fixed_actions: bool = False) -> list[str]:
+    """For each pair of planners run on the same tasks and each of ``measures``: episodes only the first /
+    only the second solved (``execution_success``, or ``cost_effective`` on traces from
+    :func:`with_cost_effectiveness`), the exact McNemar p-value
+    (:func:`~groundplan.pipelines.summary.paired_tests`: the planners are compared on identical episodes,
+    not by their rates) and that p-value Holm-adjusted over every line of the report, the family one reads
+    a table's claims from; "significant" only where the adjusted p is at most :data:`ALPHA`. A line that
+    compares a Greedy row with a Beam-Action row that was not offered the same actions
+    (:func:`not_like_for_like`) says so and draws no conclusion; it stays in the Holm family."""
+    traces = list(traces)
+    records = paired_tests(traces)
+    beam_rows = set(beam_action_sources(traces))
+    unlike = not_like_for_like(traces, fixed_actions)
+    found = []
+    for measure in measures:
+        tests = {(r["a"], r["b"]): r for r in records if r["measure"] == measure}
+        for a, b in pairs:
+            if (a, b) in tests:
+                r = tests[a, b]
+                found.append((measure, a, b, r, r["a_only"], r["b_only"]))
+            elif (b, a) in tests:
+                r = tests[b, a]
+                found.append((measure, a, b, r, r["b_only"], r["a_only"]))
+    adjusted = holm_adjust([f[3]["p_value"] for f in found])
     lines = []
-    for a, b in pairs:
-        if (a, b) in tests:
-            r = tests[a, b]
-            a_only, b_only = r["a_only"], r["b_only"]
-        elif (b, a) in tests:
-            r = tests[b, a]
-            a_only, b_only = r["b_only"], r["a_only"]
+    for (measure, a, b, r, a_only, b_only), p_holm in zip(found, adjusted):
+        what = "solved" if measure == "execution_success" else measure.replace("_", "-")
+        beam = [x for x in (a, b) if x in beam_rows]
+        if len(beam) == 1 and beam[0] in unlike:
+            verdict = f"not like-for-like: {unlike[beam[0]]}; no decoder conclusion"
         else:
-            continue
+            verdict = f"{'significant' if p_holm <= ALPHA else 'not significant'} at {ALPHA:g}"
         lines.append(f"{a} vs {b} on {r['n_pairs']} shared episodes: {a_only} {what} only by {a}, {b_only} only by "
-                     f"{b}; exact McNemar p = {format_p(r['p_value'])}")
+                     f"{b}; exact McNemar p = {format_p(r['p_value'])}, Holm-adjusted p = {format_p(p_holm)} "
+                     f"({verdict})")
     return lines
+
+
+def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PAIRS,
+           measure: str = "execution_success", fixed_actions: bool = False) -> list[str]:
+    """:func:`paired_report` on one measure (the Holm family is then that measure's lines)."""
+    return paired_report(traces, pairs, (measure,), fixed_actions)
 
 
 def render(rows: Sequence[Row], title: str) -> str:
@@ -126,6 +183,13 @@ def expert_lengths(env_name: str, env_options: dict | None = None) -> tuple[dict
     return {t.task_id: len([a for a in t.reference_plan if a != done]) for t in env.tasks() if t.reference_plan}, done
 
 
+def lists_fixed_actions(env_name: str) -> bool:
+    """Whether the env declares that every observation lists the same actions (``fixed_actions``)."""
+    from groundplan.envs import ENVS
+
+    return bool(ENVS.get(env_name).capabilities.fixed_actions)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dirs", nargs="+", help="run folders (several: e.g. planners run side by side)")
@@ -140,9 +204,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = f"{Path(args.run_dirs[0]).name}: {args.split or 'test'} split"
     annotated = with_cost_effectiveness(traces, lengths, done)
     print(render(table_rows(annotated, done), title))
-    for measure in ("execution_success", "cost_effective"):
-        for line in paired(annotated, measure=measure):
-            print(f"- {line}")
+    fixed = lists_fixed_actions(env)
+    lines = paired_report(annotated, measures=("execution_success", "cost_effective"), fixed_actions=fixed)
+    print(f"\nPaired tests (exact McNemar on the shared episodes), p-values Holm-adjusted over the {len(lines)} "
+          f"tests below; significant means Holm-adjusted p <= {ALPHA:g}.")
+    for row, why in sorted(not_like_for_like(annotated, fixed).items()):
+        print(f"Note: {why}, while the Greedy rows were offered the actions of the state they were in, and "
+              f"env '{env}' lists different actions as its state changes: Greedy-vs-{row} lines are not "
+              "like-for-like and no decoder conclusion is read off them.")
+    for line in lines:
+        print(f"- {line}")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Every success rate carries its n and a 95% Wilson score interval (:func:`wilson_interval`), and every
 two planners run on the same episodes (same env, task and seed) are compared by an exact McNemar test
-(:func:`mcnemar_exact`, :func:`paired_tests`), so a reader can see when a handful of episodes decides
-nothing. :func:`summary_document` is what ``summary.json`` holds.
+(:func:`mcnemar_exact`, :func:`paired_tests`), its p-value Holm-adjusted over the env's tests, so a reader
+can see when a handful of episodes decides nothing. :func:`summary_document` is what ``summary.json`` holds.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
-from groundplan.core.stats import mcnemar_exact, wilson_interval
+from groundplan.core.stats import holm_adjust, mcnemar_exact, wilson_interval
 from groundplan.rollout.traces import EpisodeTrace
 
 ALL = "all"
@@ -184,13 +184,16 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
     episodes both ran (same task id and seed), for each 0/1 measure both have (execution success, plan
     success where the env replays plans, and the env's proportion measures). Each record names the two
     planners, the measure, the pair counts (both / only a / only b / neither), each planner's rate on
-    the paired episodes and the two-sided p-value. No multiple-comparison correction is applied."""
+    the paired episodes, the two-sided p-value and ``p_holm``: the p-value Holm-adjusted
+    (:func:`~groundplan.core.stats.holm_adjust`) over all the tests of the same env, the family a reader
+    scans for a difference. Call a difference significant only by ``p_holm``."""
     by_env: dict[str, dict[str, dict[tuple[str, int], EpisodeTrace]]] = defaultdict(lambda: defaultdict(dict))
     for t in traces:
         by_env[t.env][t.planner].setdefault((t.task_id, t.seed), t)
     order = {p: i for i, p in enumerate(planner_order or [])}
     out: list[dict[str, Any]] = []
     for env, planners in sorted(by_env.items()):
+        family_start = len(out)
         names = sorted(planners, key=lambda p: (order.get(p, 1e9), p))
         for a, b in combinations(names, 2):
             keys = [k for k in planners[a] if k in planners[b]]
@@ -215,6 +218,10 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
                     "p_value": mcnemar_exact(a_only, b_only),
                     "test": "McNemar exact, two-sided (binomial on discordant pairs)",
                 })
+        family = out[family_start:]
+        for record, adjusted in zip(family, holm_adjust([r["p_value"] for r in family])):
+            record["p_holm"] = adjusted
+            record["adjustment"] = f"Holm-Bonferroni over the {len(family)} paired tests of env '{env}'"
     return out
 
 

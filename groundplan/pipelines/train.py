@@ -1,8 +1,9 @@
 """Training of SayCanPay's Can and Pay models on Ray Train (``groundplan train configs/train_<model>.yaml``).
 
-The driver reads the trajectories (Parquet, the collect schema), splits them 80/20 by trajectory
-(Table 8), builds Sec. 6.1's InfoNCE triples or Sec. 6.2's discounted-return pairs, opens an MLflow
-run and starts a Ray Train ``TorchTrainer``. Each worker trains a data-parallel replica
+The driver reads the trajectories (Parquet, the collect schema), splits them 80/20 (Table 8) by task,
+never by trajectory (a validation task's other seeds and twins are not training data), builds Sec. 6.1's
+InfoNCE triples or Sec. 6.2's discounted-return pairs, opens an MLflow run and starts a Ray Train
+``TorchTrainer``. Each worker trains a data-parallel replica
 (``prepare_model`` / ``prepare_data_loader``: one worker here, DDP over many on a cluster with no code
 change); after every epoch rank 0 computes the validation metric (Can: F1 of sigmoid(logit) > 0.5 over
 positives and negatives, and InfoNCE top-1 accuracy; Pay: MSE) and logs it to the MLflow run, and
@@ -66,6 +67,7 @@ def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, in
         pay_examples,
         read_trajectories,
         split_trajectories,
+        task_groups,
     )
 
     trajs = read_trajectories(cfg.data, env=cfg.env, split=cfg.split)
@@ -77,6 +79,9 @@ def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, in
         raise InvalidInputError(f"{len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data}; "
                                 "training needs at least 2")
     train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed)
+    if not val_t:
+        raise InvalidInputError(f"the {len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data} "
+                                "are all of one task; a validation split by task needs at least 2")
     if cfg.model.kind == "can":
         train, val = can_examples(train_t, cfg.seed), can_examples(val_t, cfg.seed + 1)
     else:
@@ -85,6 +90,7 @@ def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, in
     if not train or not val:
         raise InvalidInputError(f"no {cfg.model.kind} examples could be built from {len(trajs)} trajectories")
     counts = {"trajectories": len(trajs), "train_trajectories": len(train_t), "val_trajectories": len(val_t),
+              "train_tasks": len(task_groups(train_t)), "val_tasks": len(task_groups(val_t)),
               "train_examples": len(train), "val_examples": len(val)}
     return train, val, counts
 

@@ -6,11 +6,14 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
 from groundplan.core.types import Decision, Observation, StepResult, Task
+
+if TYPE_CHECKING:
+    from groundplan.envs.base import ActionModel
 
 
 def labelled(label: str, oracles: Iterable[str]) -> str:
@@ -61,3 +64,11 @@ class Planner(ABC):
     def prompt(self) -> str:
         """The full prompt so far (for traces)."""
         return ""
+
+    def use_action_model(self, model: "ActionModel | None") -> None:
+        """The env's :class:`~groundplan.envs.base.ActionModel` for this episode (its rules and the actions
+        it lists in each state, never the goal), or None when the env declares none.
+        :func:`~groundplan.rollout.episode.run_episode` calls it after ``reset``, which forgets the last
+        episode's. Planners that decide from each new observation have no use for it (the default
+        ignores it); one that plans ahead offline (SayCanPay's Beam-Action) uses it."""
+        return None

@@ -25,11 +25,11 @@ Decoding strategies (Sec. 4, 5.1, 5.2; Fig. 2):
 
 - ``greedy_token``: the plain LM greedily writes the next step (Planning LM), mapped to an action.
 - ``greedy_action``: the best-scoring candidate each step (Eqs. 4–6).
-- ``beam_action``: Eq. 7. The planner plans offline, as the paper does (Sec. 2: "complete plan
-  generation while maintaining an internal world state"): at the first step it searches over whole
-  action sequences using only the LM and Can/Pay — no env calls, no ground truth: its "state" is the
-  text history (goal, initial observation, actions so far) that the LM and the Can/Pay models
-  condition on. It keeps k = 3 sequences, expands each with the m candidates, scores all k×m with
+- ``beam_action``: Eq. 7 (Sec. 5.2). The planner plans offline, as the paper does (Sec. 2: "complete
+  plan generation while maintaining an internal world state"; Sec. 4: only o_0 is observed): at the
+  first step it searches over whole action sequences using only the LM and Can/Pay — no env calls, no
+  ground truth: the LM and the Can/Pay models condition on the text history (goal, initial observation,
+  actions so far). It keeps k = 3 sequences, expands each with the m candidates, scores all k×m with
   one batched Can/Pay call, keeps the top k by accumulated score; a sequence that chooses the done
   action leaves the beam (so k shrinks), and the search ends when all k have left or after
   ``max_steps`` actions. The plan is the finished sequence with the best length-normalised score
@@ -37,9 +37,21 @@ Decoding strategies (Sec. 4, 5.1, 5.2; Fig. 2):
   authors' code ranks by the sum and normalises at the end, which is the same thing). Each
   ``next_step`` then returns the plan's next action; env feedback is not used (offline planning).
 
+  Like for like with Greedy-Action: both map proposals onto the env's list of admissible actions
+  (Sec. 7.1), which Greedy-Action reads from the observation of the state it is in. Beam-Action is given
+  the env's :class:`~groundplan.envs.base.ActionModel` (``use_action_model``; the rollout passes the one
+  the env declares: its symbolic rules without the goal, a light model such as BabyAI's, or the fixed
+  list of an env whose list never changes), advances it along each beam and offers each beam, at each
+  depth, the list of the state that beam predicts (a step the model says fails leaves the state as it
+  was, as the env's failed step does). The model is used for nothing else: feasibility stays Can's.
+  Without one it offers the first observation's list at every depth; every decision's info says which
+  (``actions_from``: "action model" or "first observation"), and the tables refuse to compare the two
+  decoders on such rows where the env's list can change.
+
 Perfect-Say ablation (``perfect_say``, oracle): the LM is replaced by the expert's next action (from
 ``task.reference_plan``) plus ``num_distractors`` random admissible actions, each with p_say = 1/(1+d),
-so Can and Pay alone decide; it reads ground truth, so it needs ``oracle: true`` and an oracle label.
+so Can and Pay alone decide; it reads ground truth, so it needs ``oracle: true``, and the planner declares
+it in ``oracles`` ("expert plan", as it does an oracle grounding source's), which its label carries.
 
 Every candidate of a step goes into the trace as a ``CandidateScore`` (llm = log p_say,
 affordance = p_can, combined = the decoding score) with ``extra`` = {say, can, pay, acc, texts, ...};
@@ -58,9 +70,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import CandidateScore, Decision, Observation, StepResult, Task
 from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, validate_instruction
+from groundplan.envs.base import ActionModel, listed_actions
 from groundplan.grounding.base import CanPaySource
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner, PlannerOptions
+from groundplan.planners.base import Planner, PlannerOptions, labelled
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +202,10 @@ class SayCanPayPlanner(Planner):
                                     "(affordance: saycanpay_learned or saycanpay_oracle)")
         if c.perfect_say and c.decoding == "greedy_token":
             raise InvalidInputError("perfect_say replaces candidate proposals; Greedy-Token has none")
+        source_oracle = getattr(affordance, "oracle", None)
+        if source_oracle and not c.oracle:
+            raise InvalidInputError(f"the grounding source reads ground truth ({source_oracle}): set oracle: true "
+                                    "and label the row oracle")
         self.lm = lm
         self.affordance = affordance
         self._few_shot = load_prompt(c.prompt)
@@ -197,8 +214,19 @@ class SayCanPayPlanner(Planner):
         self._init_obs = ""
         self._history: list[str] = []
         self._plan: list[str] | None = None
+        self._action_model: ActionModel | None = None
+        self._siblings: dict[int, list[dict[str, Any]]] = {}
+        self._search_info: dict[str, Any] = {}
         self._rng = random.Random(0)
         self.stats = {"proposals": 0, "canpay_calls": 0, "canpay_items": 0}
+        self.name = labelled(self.name, self.oracles)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """The config's (Perfect-Say reads the expert plan) and the grounding source's (e.g. the
+        simulator's feasibility), each once."""
+        source = getattr(self.affordance, "oracle", None)
+        return tuple(dict.fromkeys([*self.config.oracles, *([source] if source else [])]))
 
     @property
     def max_steps(self) -> int:
@@ -214,17 +242,24 @@ class SayCanPayPlanner(Planner):
         self._init_obs = observation.text
         self._history = []
         self._plan = None
+        self._action_model = None
         self._rng = random.Random(seed)
         if self.affordance is not None:
             self.affordance.reset(task, seed)
 
+    def use_action_model(self, model: ActionModel | None) -> None:
+        """The env's action model for this episode: Beam-Action offers each beam the actions listed in
+        the state it predicts (module doc); the other decoders read the observation they are given."""
+        self._action_model = model
+
     # ----------------------------------------------------------------- candidates (Say)
     def _actions(self, observation: Observation) -> list[str]:
-        skills = list(observation.skills)
-        if observation.admissible is not None:
-            skills = [s for s, ok in zip(skills, observation.admissible) if ok]
+        return self._with_done(listed_actions(observation))
+
+    def _with_done(self, actions: Sequence[str]) -> list[str]:
+        skills = list(actions)
         if not skills:
-            raise InvalidInputError("the observation lists no actions to map candidates to")
+            raise InvalidInputError("no actions are listed to map candidates to")
         if self.config.done_skill not in skills:
             skills.append(self.config.done_skill)
         return skills
@@ -320,36 +355,56 @@ class SayCanPayPlanner(Planner):
         action = self._plan[t] if t < len(self._plan) else self.config.done_skill
         siblings = [CandidateScore(**c) for c in self._siblings.get(t, [])]
         info["plan"] = list(self._plan)
+        info.update(self._search_info)
         return self._commit(action, siblings, info)
 
+    def _offered(self, state: Any, first: list[str]) -> list[str]:
+        """The actions a beam in ``state`` is offered: the action model's list there, or ``first``."""
+        return first if self._action_model is None else self._with_done(self._action_model.actions(state))
+
+    def _advance(self, state: Any, action: str) -> Any:
+        """The beam's predicted state after ``action``; a step the model says fails changes nothing."""
+        if self._action_model is None:
+            return None
+        after = self._action_model.step(state, action)
+        return state if after is None else after
+
     def beam_search(self, actions: list[str]) -> tuple[list[str], dict[str, Any]]:
-        """Eq. 7 over whole action sequences (module doc); returns the plan and the search record."""
+        """Eq. 7 over whole action sequences (module doc); returns the plan and the search record.
+        ``actions`` is the first observation's list, offered at every depth when no action model was given."""
         c = self.config
-        beams: list[tuple[tuple[str, ...], float]] = [((), 0.0)]
+        model = self._action_model
+        start = model.initial() if model is not None else None
+        self._search_info = {"actions_from": "first observation" if model is None else "action model"}
+        if model is not None and self._offered(start, actions) != actions:
+            logger.warning("the action model's first list differs from the first observation's")
+            self._search_info["first_list_agrees"] = False
+        beams: list[tuple[tuple[str, ...], float, Any]] = [((), 0.0, start)]
         finished: list[tuple[tuple[str, ...], float]] = []
         search: list[list[dict[str, Any]]] = []
         by_prefix: dict[tuple[str, ...], list[Expansion]] = {}
         for depth in range(c.max_steps):
             if not beams:
                 break
-            exps = [Expansion(i, prefix, cand) for i, (prefix, _) in enumerate(beams)
-                    for cand in self.candidates(prefix, actions)]
+            exps = [Expansion(i, prefix, cand) for i, (prefix, _, state) in enumerate(beams)
+                    for cand in self.candidates(prefix, self._offered(state, actions))]
             self._score(exps)
             for e in exps:
                 e.acc = beams[e.parent][1] + e.step_score
                 by_prefix.setdefault(e.prefix, []).append(e)
             slots = c.beam_size - len(finished)
             top = sorted(exps, key=lambda e: e.acc, reverse=True)[:slots]
+            kept = {id(e) for e in top}
             search.append([{"beam": e.parent, "action": e.candidate.action, "say": math.exp(e.candidate.say_logp),
-                            "can": e.can, "pay": e.pay, "acc": e.acc, "kept": e in top} for e in exps])
-            beams = []
+                            "can": e.can, "pay": e.pay, "acc": e.acc, "kept": id(e) in kept} for e in exps])
+            expanded, beams = beams, []
             for e in top:
                 seq = e.prefix + (e.candidate.action,)
                 if e.candidate.action == c.done_skill or depth == c.max_steps - 1:
                     finished.append((seq, e.acc))  # a finished beam leaves
                 else:
-                    beams.append((seq, e.acc))
-        pool = finished or beams
+                    beams.append((seq, e.acc, self._advance(expanded[e.parent][2], e.candidate.action)))
+        pool = finished or [(seq, acc) for seq, acc, _ in beams]
         plan, acc = max(pool, key=lambda s: s[1] / max(len(s[0]), 1))
         # the trace shows, at each step, the expansions of the plan's own prefix (its siblings)
         self._siblings = {}
@@ -357,7 +412,7 @@ class SayCanPayPlanner(Planner):
             exps = by_prefix.get(tuple(plan[:t]), [])
             self._siblings[t] = [vars(s) for s in self._candidate_scores(exps)]
         info = {"search": search, "plan_score": acc, "plan_score_normalised": acc / max(len(plan), 1),
-                "finished": [[list(s), a] for s, a in finished]}
+                "finished": [[list(s), a] for s, a in finished], **self._search_info}
         return list(plan), info
 
     def _commit(self, action: str, candidates: list[CandidateScore], info: dict[str, Any]) -> Decision:

@@ -19,7 +19,7 @@ from typing import Callable
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Observation, Task
-from groundplan.envs.base import Env
+from groundplan.envs.base import Env, planning_model
 from groundplan.planners.base import Planner
 from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
@@ -82,6 +82,11 @@ def run_episode(
             raise
         except Exception as exc:
             error = _describe(exc, "planner.reset")
+    if error is None:
+        try:  # the env's declared rules (never its goal), for planners that plan ahead
+            planner.use_action_model(planning_model(env, task, observation))
+        except Exception as exc:
+            error = _describe(exc, "env.action_model")
     if error is None:
         _call_hook(on_step, trace, None, env)
         error = _run_steps(planner, env, observation, cap, trace, on_step)

@@ -11,14 +11,13 @@ it block the very route it was cleared from.
 
 The observation text lists each room's objects and the agent, each door's state, blocking objects and
 the carried object (:func:`~groundplan.envs.babyai.grid.describe`). The goal is BabyAI's own: carry an
-object matching the mission.
+object matching the mission. The listed actions change as objects are picked up and voided;
+:meth:`BabyAIEnv.action_model` predicts them for planners that plan ahead (:mod:`.rules`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
-import re
 from typing import Any, Sequence
 
 from groundplan.core.errors import InvalidInputError
@@ -27,16 +26,8 @@ from groundplan.core.validation import validate_options
 from groundplan.envs.babyai import grid as G
 from groundplan.envs.babyai.levels import make_level, split_tasks
 from groundplan.envs.babyai.options import FAMILIES, BabyAIConfig
+from groundplan.envs.babyai.rules import DONE, DROP, PICK, TOGGLE, BabyAIListing, listed_actions, normalise
 from groundplan.envs.base import Env, EnvCapabilities
-
-DONE = "done picking up"
-_PICK = re.compile(r"^pick up (?:the |a )?(\w+) (key|ball|box)$")
-_TOGGLE = re.compile(r"^toggle (?:the )?(\w+) door$")
-_DROP = re.compile(r"^drop (?:the )?(key|ball|box) in (?:the )?void$")
-
-
-def normalise(skill: str) -> str:
-    return " ".join(skill.strip().lower().rstrip(".").split())
 
 
 class BabyAIEnv(Env):
@@ -44,7 +35,7 @@ class BabyAIEnv(Env):
 
     name = "babyai"
     done_skill = DONE
-    capabilities = EnvCapabilities(can_replay=True, measures=("primitive_steps",))
+    capabilities = EnvCapabilities(can_replay=True, measures=("primitive_steps",), action_model=True)
 
     def __init__(self, **options: Any) -> None:
         self.config: BabyAIConfig = validate_options(BabyAIConfig, options, "babyai env options")
@@ -63,7 +54,7 @@ class BabyAIEnv(Env):
         unknown = [f for f in fams if f not in FAMILIES]
         if unknown:
             raise InvalidInputError(f"unknown babyai families {unknown}; valid: {', '.join(FAMILIES)}")
-        return [_with_reference_plan(t) for t in split_tasks(self.config.split, self.sizes(), fams)]
+        return split_tasks(self.config.split, self.sizes(), fams, plan_of=reference_plan)
 
     def reset(self, task: Task, seed: int) -> Observation:
         state = task.start_state or {}
@@ -85,7 +76,7 @@ class BabyAIEnv(Env):
         if s in (DONE, "done"):
             return StepResult(True, "done", self._observe())
         env = self.level
-        if m := _PICK.match(s):
+        if m := PICK.match(s):
             colour, kind = m.groups()
             if env.carrying is not None:
                 return self._fail(skill, f"the agent already carries the {G.name(env.carrying)}; drop it first")
@@ -94,7 +85,7 @@ class BabyAIEnv(Env):
                 return self._fail(skill, f"there is no {colour} {kind} on the floor")
             return self._run(skill, G.plan_to_face(env, targets), G.PICKUP, f"cannot reach the {colour} {kind}",
                              lambda: env.carrying is not None, f"picked up the {colour} {kind}")
-        if m := _TOGGLE.match(s):
+        if m := TOGGLE.match(s):
             colour = m.group(1)
             targets = [(p, d) for p, d in G.doors(env) if d.color == colour]
             if not targets:
@@ -108,7 +99,7 @@ class BabyAIEnv(Env):
             return self._run(skill, G.plan_to_face(env, reachable), G.TOGGLE, f"cannot reach the {colour} door",
                              lambda: any((d.is_open, d.is_locked) != before[p] for p, d in targets),
                              f"toggled the {colour} door")
-        if m := _DROP.match(s):
+        if m := DROP.match(s):
             kind = m.group(1)
             if env.carrying is None:
                 return self._fail(skill, "the agent carries nothing")
@@ -140,16 +131,27 @@ class BabyAIEnv(Env):
     def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
         return {"primitive_steps": float(self.primitive_steps)}
 
+    def action_model(self, task: Task) -> BabyAIListing:
+        """The light action model of ``task``'s level (:mod:`~groundplan.envs.babyai.rules`), from its start:
+        this env's level when it was just reset to ``task``, else a private copy built from the task's
+        seed. Reads the task's family and start state, never its goal."""
+        if self._task is not None and self._task.task_id == task.task_id and self.primitive_steps == 0:
+            level = self.level
+        else:
+            state = task.start_state or {}
+            level = make_level(task.family, state.get("split", self.config.split))
+            with contextlib.redirect_stdout(io.StringIO()):
+                level.reset(seed=int(state["level_seed"]))
+        return BabyAIListing([G.name(o) for _, o in G.objects(level)], [d.color for _, d in G.doors(level)],
+                             G.name(level.carrying) if level.carrying is not None else None)
+
     # ------------------------------------------------------------------------------------ helpers
     def skills(self) -> list[str]:
         """Admissible high-level actions in this scene: every pick-up of a floor object, every door
         toggle, a drop for each object type present, and done."""
         env = self.level
-        objs = sorted({G.name(o) for _, o in G.objects(env)})
-        door_colours = sorted({d.color for _, d in G.doors(env)})
-        kinds = {o.type for _, o in G.objects(env)} | ({env.carrying.type} if env.carrying is not None else set())
-        return ([f"pick up {o}" for o in objs] + [f"toggle {c} door" for c in door_colours]
-                + [f"drop {k} in void" for k in G.OBJECT_TYPES if k in kinds] + [DONE])
+        return listed_actions([G.name(o) for _, o in G.objects(env)], [d.color for _, d in G.doors(env)],
+                              G.name(env.carrying) if env.carrying is not None else None)
 
     def _observe(self) -> Observation:
         env = self.level
@@ -180,11 +182,12 @@ class BabyAIEnv(Env):
 _REFERENCE_PLANS: dict[str, tuple[str, ...]] = {}
 
 
-def _with_reference_plan(task: Task, max_actions: int = 30) -> Task:
-    """``task`` with the expert's plan as ``reference_plan``, as the kitchen and Tower of Hanoi tasks carry
-    theirs: cost-effectiveness (success at the expert's length, SayCanPay Table 4) and the Perfect-Say
-    ablation need it. The expert (:class:`~groundplan.envs.babyai.oracle.BabyAIOracle`) is closed-loop, but
-    the layout and the actions are deterministic, so its rollout from the task's start is the plan."""
+def reference_plan(task: Task, max_actions: int = 30) -> tuple[str, ...]:
+    """The expert's plan of ``task``, its ``reference_plan`` as the kitchen and Tower of Hanoi tasks carry
+    theirs: cost-effectiveness (success at the expert's length, SayCanPay Table 4), the Perfect-Say
+    ablation and the splits' model-visible signature (:mod:`~groundplan.envs.babyai.levels`) need it. The
+    expert (:class:`~groundplan.envs.babyai.oracle.BabyAIOracle`) is closed-loop, but the layout and the
+    actions are deterministic, so its rollout from the task's start is the plan."""
     plan = _REFERENCE_PLANS.get(task.task_id)
     if plan is None:
         from groundplan.envs.babyai.oracle import BabyAIOracle
@@ -201,4 +204,4 @@ def _with_reference_plan(task: Task, max_actions: int = 30) -> Task:
                 raise RuntimeError(f"the BabyAI expert failed on {task.task_id} at {action!r}: {result.feedback}")
             obs = result.observation
         plan = _REFERENCE_PLANS[task.task_id] = tuple(actions)
-    return dataclasses.replace(task, reference_plan=plan)
+    return plan

@@ -7,17 +7,21 @@ short; test-generalize (SayCanPay Sec. 6: "distractors in BabyAI, more rooms") u
 action names would be ambiguous (two "grey ball"s, two yellow doors) are skipped: the paper's actions
 carry no indices.
 
-Layouts are drawn by minigrid from a seed. Splits use disjoint seed ranges, and a test or
-test-generalize layout that equals a train layout (same grid, agent pose and mission) is skipped, so the
-splits are disjoint in content, not only in seed.
+Layouts are drawn by minigrid from a seed, and splits use disjoint seed ranges; within a split, layouts
+are unique (grid, agent pose and mission). A test or test-generalize task that equals a train task in
+what the models read, its mission, first observation text and expert plan
+(:func:`~groundplan.envs.splits.visible_signature`), is skipped for the next seed: many layouts differ
+only in cells the observation text does not describe (31 of the 100 test tasks were train tasks to the
+models when only layouts were compared).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from minigrid.envs.babyai.core.roomgrid_level import RoomGridLevel
 from minigrid.envs.babyai.core.verifier import ObjDesc, PickupInstr
@@ -25,6 +29,7 @@ from minigrid.envs.babyai.unlock import BlockedUnlockPickup, UnlockPickup, Unloc
 
 from groundplan.core.types import Task
 from groundplan.envs.babyai.options import FAMILIES, SPLITS
+from groundplan.envs.splits import draw_tasks, visible_signature
 
 #: first seed of each split (ranges never overlap for any sensible split size)
 SEED_BASE = {"train": 0, "test": 1_000_000, "test-generalize": 2_000_000}
@@ -104,44 +109,58 @@ def unambiguous(env: RoomGridLevel) -> bool:
     return len(set(names)) == len(names) and len(set(colours)) == len(colours)
 
 
-def signature(env: RoomGridLevel) -> str:
+#: a task's expert plan (the env's reference plan), given by the env, which owns the expert
+PlanOf = Callable[[Task], tuple[str, ...]]
+
+
+def layout_signature(env: RoomGridLevel) -> str:
     """Content hash of a layout: the grid encoding, the agent pose and the mission."""
     h = hashlib.sha1(env.grid.encode().tobytes())
     h.update(f"{tuple(env.agent_pos)}|{env.agent_dir}|{env.mission}".encode())
     return h.hexdigest()[:16]
 
 
-@lru_cache(maxsize=64)
-def _family_tasks(family: str, split: str, n: int, train_n: int) -> tuple[Task, ...]:
-    """``n`` tasks of ``family`` in ``split``, none equal to one of the first ``train_n`` train layouts."""
+def _candidates(family: str, split: str, plan_of: PlanOf) -> Iterator[Task]:
+    """Every unambiguous layout of ``family`` in ``split``, seed after seed, as a task with its expert plan
+    and its model-visible signature (mission, first observation text, plan)."""
+    from groundplan.envs.babyai.grid import describe
+
     env = make_level(family, split)
-    exclude: set[str] = set()
-    if split != "train":
-        exclude = {t.metadata["signature"] for t in _family_tasks(family, "train", train_n, train_n)}
-    tasks: list[Task] = []
     seed = SEED_BASE[split]
-    while len(tasks) < n:
+    while True:
         with contextlib.redirect_stdout(io.StringIO()):  # minigrid prints its rejection sampling
             env.reset(seed=seed)
-        sig = signature(env)
-        if sig not in exclude and unambiguous(env):
-            exclude.add(sig)  # no duplicate layouts within a split either
+        if unambiguous(env):
             desc = env.instrs.desc
-            tasks.append(Task(
+            task = Task(
                 task_id=f"babyai/{split}/{family}/{seed}", instruction=env.mission, family=family,
                 goal={"type": desc.type, "color": desc.color},
                 start_state={"level_seed": seed, "split": split},
-                metadata={"split": split, "signature": sig},
-            ))
+                metadata={"split": split, "layout_signature": layout_signature(env)},
+            )
+            observation = describe(env)  # the env's first observation text (BabyAIEnv.reset)
+            plan = plan_of(task)
+            task.metadata["signature"] = visible_signature(task.instruction, observation, plan)
+            yield dataclasses.replace(task, reference_plan=plan)
         seed += 1
-    return tuple(tasks)
 
 
-def split_tasks(split: str, sizes: dict[str, int], families: tuple[str, ...] = FAMILIES) -> list[Task]:
-    """The deterministic tasks of ``split``; ``sizes`` maps split → tasks per family."""
+@lru_cache(maxsize=64)
+def _family_tasks(family: str, split: str, n: int, train_n: int, plan_of: PlanOf) -> tuple[Task, ...]:
+    """``n`` tasks of ``family`` in ``split``, unique by layout; outside train none repeats one of the first
+    ``train_n`` train tasks in what the models read (see the module docstring)."""
+    train = () if split == "train" else _family_tasks(family, "train", train_n, train_n, plan_of)
+    return tuple(draw_tasks(_candidates(family, split, plan_of), n, "layout_signature",
+                            exclude={t.metadata["signature"] for t in train}))
+
+
+def split_tasks(split: str, sizes: dict[str, int], families: tuple[str, ...] = FAMILIES, *,
+                plan_of: PlanOf) -> list[Task]:
+    """The deterministic tasks of ``split``, with their expert plans; ``sizes`` maps split → tasks per
+    family; ``plan_of`` gives a task's expert plan (part of what the models read, so of the signature)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
     out: list[Task] = []
     for fam in families:
-        out.extend(_family_tasks(fam, split, sizes[split], sizes["train"]))
+        out.extend(_family_tasks(fam, split, sizes[split], sizes["train"], plan_of))
     return out

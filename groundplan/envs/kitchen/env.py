@@ -200,7 +200,7 @@ class KitchenEnv(Env):
 
     name = "kitchen"
     done_skill = "done"
-    capabilities = EnvCapabilities(can_replay=True)
+    capabilities = EnvCapabilities(can_replay=True, fixed_actions=True)
 
     def default_affordance(self) -> str:
         """The registered affordance source that fits this env's mode (used by ``groundplan plan``)."""

@@ -16,17 +16,19 @@ hold up to 6 blocks and 5 bowls, which do not fit this workspace with bowls 17 c
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
+from groundplan.envs.splits import draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.scp_options import SPLITS, BlocksBowlsConfig
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
@@ -44,6 +46,11 @@ _ACTION = re.compile(r"^(?:put|place|move) (?:the )?(\w+ block \d+) (?:in|into|o
 
 def action_label(block: str, bowl: str) -> str:
     return f"put the {block} in the {bowl}"
+
+
+def skill_labels(blocks: Sequence[str], bowls: Sequence[str]) -> list[str]:
+    """Every action the env lists (in every state: feasible or not), then done."""
+    return [action_label(b, w) for b in blocks for w in bowls] + [DONE]
 
 
 def instruction(block_colour: str, bowl_colour: str, n_blocks: int, n_bowls: int) -> str:
@@ -89,38 +96,53 @@ def expert_plan(blocks: list[str], bowls: list[str], goal: dict[str, str]) -> tu
     return (*plan, DONE)
 
 
-@lru_cache(maxsize=16)
-def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
-    """Deterministic tasks of ``split``; a test task equal to a train one (same scene) is skipped."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+def scene_text(bowls: Sequence[str], blocks: Sequence[str], contents: dict[str, list[str]]) -> str:
+    """The observation text (Table 2): "There is a gray bowl 1, ..., yellow block 1. The yellow block 1 is
+    in the gray bowl 1." ``contents`` maps each bowl to the blocks inside it (none at a task's start)."""
+    inside = [f"The {b} is in the {w}." for w, bs in contents.items() for b in bs]
+    return " ".join(["There is a " + ", ".join([*bowls, *blocks]) + ".", *inside])
+
+
+def _candidates(split: str) -> Iterator[Task]:
+    """Tasks of ``split`` drawn one after another from the split's seed, each with its position signature
+    (``layout_signature``) and its model-visible one (``signature``: goal, first observation text, expert
+    plan); their ids are given when they are picked."""
     gen = split == "test-generalize"
     palette = NOVEL_COLOURS if gen else SEEN_COLOURS
-    seen = set() if split == "train" else {t.metadata["signature"] for t in split_tasks("train", n_train, n_train)}
     rng = np.random.default_rng(int(hashlib.sha1(f"blocks_bowls|{split}".encode()).hexdigest()[:8], 16))
-    tasks: list[Task] = []
-    while len(tasks) < n:
+    while True:
         nb = int(rng.integers(3, 5)) if gen else int(rng.integers(1, 4))
         nw = int(rng.integers(1, 3))
         if nb > 3 * nw:  # at most 3 goal blocks per goal bowl, so no bowl needs all 4 of its slots
             nw += 1
         scene = sample_scene(rng, palette, nb, nw)
-        sig = hashlib.sha1(repr(sorted((k, round(x, 3), round(y, 3)) for k, (x, y) in scene["xy"].items()))
-                           .encode()).hexdigest()[:16]
-        if sig in seen:
-            continue
-        seen.add(sig)
+        layout = hashlib.sha1(repr(sorted((k, round(x, 3), round(y, 3)) for k, (x, y) in scene["xy"].items()))
+                              .encode()).hexdigest()[:16]
         goal = {"block_colour": scene["block_colour"], "bowl_colour": scene["bowl_colour"]}
         plan = expert_plan(scene["blocks"], scene["bowls"], goal)
-        tasks.append(Task(
-            task_id=f"blocks_bowls/{split}/{len(tasks):04d}",
-            instruction=instruction(goal["block_colour"], goal["bowl_colour"], nb, nw),
-            family=FAMILIES[0], goal=goal, reference_plan=plan,
+        text = instruction(goal["block_colour"], goal["bowl_colour"], nb, nw)
+        observation = scene_text(scene["bowls"], scene["blocks"], {})  # every block starts on the table
+        yield Task(
+            task_id="", instruction=text, family=FAMILIES[0], goal=goal, reference_plan=plan,
             start_state={"blocks": scene["blocks"], "bowls": scene["bowls"],
                          "xy": {k: list(v) for k, v in scene["xy"].items()}, "split": split},
-            metadata={"split": split, "signature": sig},
-        ))
-    return tuple(tasks)
+            metadata={"split": split, "layout_signature": layout,
+                      "signature": visible_signature(text, observation, plan)},
+        )
+
+
+@lru_cache(maxsize=16)
+def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
+    """Deterministic tasks of ``split``, unique by scene (object positions) within it. A test or
+    test-generalize task that repeats a train task in what the models read
+    (:func:`~groundplan.envs.splits.visible_signature`) is skipped for the next draw: scenes at other
+    millimetre positions read the same (4 of the first 50 test tasks were train tasks to the models when
+    only positions were compared)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    train = () if split == "train" else split_tasks("train", n_train, n_train)
+    picked = draw_tasks(_candidates(split), n, "layout_signature", exclude={t.metadata["signature"] for t in train})
+    return tuple(dataclasses.replace(t, task_id=f"blocks_bowls/{split}/{i:04d}") for i, t in enumerate(picked))
 
 
 class BlocksBowlsEnv(RavensTaskEnv):
@@ -129,7 +151,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
     name = "blocks_bowls"
     families = FAMILIES
     done_skill = DONE
-    capabilities = EnvCapabilities(measures=("picks", "sim_steps"), symbolic_model=True)
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps"), symbolic_model=True, fixed_actions=True)
 
     def __init__(self, **options: Any) -> None:
         self.config: BlocksBowlsConfig = validate_options(BlocksBowlsConfig, options, "blocks_bowls env options")
@@ -163,7 +185,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
         return {w: [b for b in self.blocks if in_bowl(pos[b], pos[w], self.geometry)] for w in self.bowls}
 
     def skills(self) -> list[str]:
-        return [action_label(b, w) for b in self.blocks for w in self.bowls] + [DONE]
+        return skill_labels(self.blocks, self.bowls)
 
     def execute(self, skill: str) -> StepResult:
         if self._task is None:
@@ -208,10 +230,8 @@ class BlocksBowlsEnv(RavensTaskEnv):
 
     def _observe(self) -> Observation:
         contents = self.contents()
-        text = "There is a " + ", ".join(self.bowls + self.blocks) + "."
-        inside = [f"The {b} is in the {w}." for w, bs in contents.items() for b in bs]
-        text = " ".join([text, *inside])
-        return Observation(skills=self.skills(), state={"contents": contents}, text=text, images=self._images())
+        return Observation(skills=self.skills(), state={"contents": contents},
+                           text=scene_text(self.bowls, self.blocks, contents), images=self._images())
 
 
 class BlocksBowlsRules:
@@ -239,6 +259,10 @@ class BlocksBowlsRules:
         if state[block] == bowl or state.count(bowl) >= len(SLOTS):
             return None
         return tuple(bowl if i == block else w for i, w in enumerate(state))
+
+    def actions(self, state: tuple[int, ...]) -> list[str]:
+        """The env lists every block-bowl placement in every state (:meth:`BlocksBowlsEnv.skills`)."""
+        return skill_labels(self.blocks, self.bowls)
 
     def goal_holds(self, state: tuple[int, ...]) -> bool:
         g = self.goal

@@ -17,12 +17,13 @@ over rod assignments, replanned from the physical state after every move.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
 from collections import deque
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pybullet as pb
@@ -30,6 +31,7 @@ import pybullet as pb
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
+from groundplan.envs.splits import draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.scp_options import SPLITS, HanoiConfig
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
@@ -51,6 +53,11 @@ State = tuple[int, ...]  # rod index (0-based) of each disk, smallest disk first
 
 def action_label(colour: str, rod: int) -> str:
     return f"put the {colour} disk in rod {rod + 1}"
+
+
+def skill_labels(colours: Sequence[str]) -> list[str]:
+    """Every action the env lists (in every state: legal or not), then done."""
+    return [action_label(c, r) for c in colours for r in range(len(RODS))] + [DONE]
 
 
 # ------------------------------------------------------------------------------------ the puzzle
@@ -107,19 +114,20 @@ def instruction(goal: dict[str, Any], colours: Sequence[str]) -> str:
     return f"move the {colours[goal['disk']]} disk in rod {goal['rod'] + 1}"
 
 
-@lru_cache(maxsize=16)
-def split_tasks(split: str, n: int, n_train: int, tower_goal_prob: float) -> tuple[Task, ...]:
-    """Deterministic tasks of ``split``: train/test have 3 disks in seen colours, test-generalize 4 disks
-    in novel colours; a test task equal to a train task (colours, start, goal) is skipped."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+def start_stacks(start: State, n_rods: int = len(RODS)) -> list[list[int]]:
+    """Disk indices per rod, bottom first, of a rod assignment (the largest disk is the bottom one), as
+    :meth:`HanoiEnv.stacks` reads them from the physics after :meth:`HanoiWorld.build_hanoi`."""
+    return [[d for d in reversed(range(len(start))) if start[d] == r] for r in range(n_rods)]
+
+
+def _candidates(split: str, tower_goal_prob: float) -> Iterator[Task]:
+    """Tasks of ``split`` drawn one after another from the split's seed, each with its state signature
+    (``state_signature``: colours, start, goal) and its model-visible one (``signature``: instruction,
+    first observation text, expert plan); their ids are given when they are picked."""
     gen = split == "test-generalize"
     n_disks, palette = (4, NOVEL_COLOURS) if gen else (3, SEEN_COLOURS)
-    seen = set() if split == "train" else {t.metadata["signature"] for t in split_tasks("train", n_train, n_train,
-                                                                                         tower_goal_prob)}
     rng = np.random.default_rng(zlib_seed(split))
-    tasks: list[Task] = []
-    while len(tasks) < n:
+    while True:
         colours = [str(c) for c in rng.permutation(palette)[:n_disks]]
         if rng.random() < 0.5:
             start: State = (int(rng.integers(3)),) * n_disks
@@ -131,19 +139,33 @@ def split_tasks(split: str, n: int, n_train: int, tower_goal_prob: float) -> tup
             goal = {"kind": "disk", "disk": int(rng.integers(n_disks)), "rod": int(rng.integers(3))}
         if goal_holds(goal, start):
             continue
-        sig = hashlib.sha1(repr((colours, start, goal)).encode()).hexdigest()[:16]
-        if sig in seen:
-            continue
-        seen.add(sig)
+        state = hashlib.sha1(repr((colours, start, goal)).encode()).hexdigest()[:16]
         family = "move_tower" if goal["kind"] == "tower" else "move_disk"
         goal = {**goal, "colours": colours}
-        tasks.append(Task(
-            task_id=f"hanoi/{split}/{len(tasks):04d}", instruction=instruction(goal, colours), family=family,
-            goal=goal, start_state={"colours": colours, "rods": list(start), "split": split},
-            reference_plan=tuple(action_label(colours[d], r) for d, r in solve(start, goal)) + (DONE,),
-            metadata={"split": split, "signature": sig},
-        ))
-    return tuple(tasks)
+        text = instruction(goal, colours)
+        plan = tuple(action_label(colours[d], r) for d, r in solve(start, goal)) + (DONE,)
+        observation = describe(colours, start_stacks(start))
+        yield Task(
+            task_id="", instruction=text, family=family, goal=goal,
+            start_state={"colours": colours, "rods": list(start), "split": split}, reference_plan=plan,
+            metadata={"split": split, "state_signature": state,
+                      "signature": visible_signature(text, observation, plan)},
+        )
+
+
+@lru_cache(maxsize=16)
+def split_tasks(split: str, n: int, n_train: int, tower_goal_prob: float) -> tuple[Task, ...]:
+    """Deterministic tasks of ``split``: train/test have 3 disks in seen colours, test-generalize 4 disks
+    in novel colours, unique by (colours, start, goal) within a split. A test or test-generalize task
+    that repeats a train task in what the models read (:func:`~groundplan.envs.splits.visible_signature`)
+    is skipped for the next draw: the text does not always tell the disks' sizes apart (three disks on
+    three rods), so different states can read the same."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    train = () if split == "train" else split_tasks("train", n_train, n_train, tower_goal_prob)
+    picked = draw_tasks(_candidates(split, tower_goal_prob), n, "state_signature",
+                        exclude={t.metadata["signature"] for t in train})
+    return tuple(dataclasses.replace(t, task_id=f"hanoi/{split}/{i:04d}") for i, t in enumerate(picked))
 
 
 def zlib_seed(text: str) -> int:
@@ -189,7 +211,8 @@ class HanoiEnv(RavensTaskEnv):
     name = "hanoi"
     families = FAMILIES
     done_skill = DONE
-    capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"), symbolic_model=True)
+    capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"), symbolic_model=True,
+                                   fixed_actions=True)
 
     def __init__(self, **options: Any) -> None:
         self.config: HanoiConfig = validate_options(HanoiConfig, options, "hanoi env options")
@@ -233,7 +256,7 @@ class HanoiEnv(RavensTaskEnv):
         return tuple(where[d] for d in range(len(self.colours))) if len(where) == len(self.colours) else None
 
     def skills(self) -> list[str]:
-        return [action_label(c, r) for c in self.colours for r in range(len(RODS))] + [DONE]
+        return skill_labels(self.colours)
 
     # ------------------------------------------------------------------------------------ Env API
     def execute(self, skill: str) -> StepResult:
@@ -314,6 +337,10 @@ class HanoiRules:
         if (disk, rod) not in legal_moves(state, len(RODS)):
             return None
         return tuple(rod if i == disk else r for i, r in enumerate(state))
+
+    def actions(self, state: State) -> list[str]:
+        """The env lists every disk-rod move in every state (:meth:`HanoiEnv.skills`), legal or not."""
+        return skill_labels(self.colours)
 
     def goal_holds(self, state: State) -> bool:
         return goal_holds(self.goal, state)

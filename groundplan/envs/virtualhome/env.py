@@ -16,7 +16,8 @@
   executor's "satisfied" error type): with ``redundant_steps="continue"`` (default, as the package's
   own action-sequence evaluator, which counts them as additional steps and goes on) the step succeeds
   without changing the state and the trace records ``info["redundant"] = True``; with ``"fail"`` it
-  is a failed step (and the plan is not executable), the rule before issue 10.
+  is a failed step (and the plan is not executable): the stricter reading, in which every simulator
+  error, "satisfied" included, ends the plan.
 - Goals: node, edge and action goals checked against the final state.
 - :meth:`VirtualHomeEnv.episode_metrics`: executability, goal success, LCS against the reference
   programs and plan length (the paper's Sec. 4 metrics); ``capabilities`` declares them for tables.
@@ -244,7 +245,7 @@ class VirtualHomeEnv(Env):
     """VirtualHome scene 1 with the evolving-graph simulator; see the module docstring."""
 
     name = "virtualhome"
-    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS)
+    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS, fixed_actions=True)
 
     def default_affordance(self) -> str:
         return "virtualhome_preconditions"

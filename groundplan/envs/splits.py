@@ -1,0 +1,57 @@
+"""Model-visible task signatures, so that no test or validation task repeats a train task in what the
+models read.
+
+SayCanPay's Can and Pay models read ``<Goal> g <Initial State> o0 <Step 1> a1 ... <NXT> a_t`` (App. B.1),
+its Say model reads few-shot train trajectories (App. A.1), and every planner here sees the instruction
+and the observation text. Two tasks alike in goal text, first observation text and expert plan are
+one example to all of them, however much their hidden state differs (grid bytes, millimetre positions,
+another program file of the same steps). Splits deduplicated on hidden state therefore still held test
+tasks that were train tasks to the models, which measures recall, not the generalisation of Sec. 6.
+Every split is deduplicated on :func:`visible_signature` instead: the envs draw their tasks through
+:func:`draw_tasks`, and the Can/Pay train/validation split groups trajectories by it.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Collection, Iterable, Sequence
+
+from groundplan.core.types import Task
+
+
+def normalise_text(text: str) -> str:
+    """Lower case, one space between words: the encoders here are uncased and whitespace-insensitive,
+    so texts that differ only there are the same to them."""
+    return " ".join(text.lower().split())
+
+
+def visible_signature(goal: str, observation: str | None = None, plan: Sequence[str] | None = None) -> str:
+    """Hash of what a model reads of a task: its goal (instruction) text, its first observation text and
+    its expert plan, each normalised (:func:`normalise_text`). A part given as None is left out and
+    differs from an empty one, so a signature without the observation never equals one with it."""
+    parts = [normalise_text(goal),
+             "\x1f" if observation is None else normalise_text(observation),
+             "\x1f" if plan is None else "\x1e".join(normalise_text(a) for a in plan)]
+    return hashlib.sha1("\x1d".join(parts).encode()).hexdigest()[:16]
+
+
+def draw_tasks(candidates: Iterable[Task], n: int, unique_key: str, exclude: Collection[str] = ()) -> list[Task]:
+    """The first ``n`` of ``candidates`` (tasks drawn from a split's seed, in order) that are new: their
+    model-visible signature (``metadata["signature"]``, :func:`visible_signature`) is not in ``exclude``
+    (the train tasks'), and their hidden state (``metadata[unique_key]``: layout, positions) is not an
+    earlier pick's, so no task is in a split twice. A split keeps its size: each train twin is replaced
+    by the next new task.
+
+    Raises ValueError when ``candidates`` ends before ``n`` are picked."""
+    taken: set[str] = set()
+    out: list[Task] = []
+    if n <= 0:
+        return out
+    for task in candidates:
+        k = task.metadata[unique_key]
+        if k in taken or task.metadata["signature"] in exclude:
+            continue
+        taken.add(k)
+        out.append(task)
+        if len(out) == n:
+            return out
+    raise ValueError(f"only {len(out)} of {n} tasks are new")

@@ -1,0 +1,188 @@
+"""No test or validation task is a train task in what the models read: goal text, first observation
+text and expert plan (:func:`groundplan.envs.splits.visible_signature`). Each signature here is built
+from the env's own observation (or the text function its observation uses, checked against real resets
+where a reset needs the physics), never from the signature the split stored, at the split sizes the
+shipped collect and eval configs use."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from groundplan.envs import ENVS
+from groundplan.envs.splits import visible_signature
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def env_options(config: str) -> dict:
+    """The env options a shipped config gives (collection or evaluation)."""
+    return dict(yaml.safe_load((CONFIGS / config).read_text())["env"].get("options") or {})
+
+
+def seen(task, first_text: str) -> str:
+    return visible_signature(task.instruction, first_text, task.reference_plan)
+
+
+def twins(train: set[str], tasks: list, first_text) -> list[str]:
+    return [t.task_id for t in tasks if seen(t, first_text(t)) in train]
+
+
+# ------------------------------------------------------------------------------------ BabyAI
+@pytest.mark.parametrize("split", ["test", "test-generalize"])
+def test_babyai_split_shares_no_task_with_train(split):
+    pytest.importorskip("minigrid")
+    from groundplan.envs.babyai.options import FAMILIES
+
+    options = env_options("collect_babyai.yaml")
+    assert options == env_options("saycanpay_babyai.yaml")  # the eval draws the split the data came from
+    make = ENVS.get("babyai")
+    train_env, env = make(**options, split="train"), make(**options, split=split)
+    train = {seen(t, train_env.reset(t, 0).text) for t in train_env.tasks()}
+    tasks = env.tasks()
+    assert twins(train, tasks, lambda t: env.reset(t, 0).text) == []
+    assert Counter(t.family for t in tasks) == dict.fromkeys(FAMILIES, env.sizes()[split])  # sizes kept
+    assert all(t.metadata["signature"] == seen(t, env.reset(t, 0).text) for t in tasks)
+
+
+# ------------------------------------------------------------------------------------ blocks in bowls
+@pytest.mark.parametrize("config", ["collect_blocks_bowls.yaml", "saycanpay_blocks.yaml"])
+def test_blocks_bowls_splits_share_no_task_with_train(config):
+    pytest.importorskip("pybullet")
+    from groundplan.envs.tabletop.blocks_bowls import scene_text, split_tasks
+    from groundplan.envs.tabletop.scp_options import BlocksBowlsConfig
+
+    def first_text(t):  # every block starts on the table
+        return scene_text(t.start_state["bowls"], t.start_state["blocks"], {})
+
+    c = BlocksBowlsConfig(**env_options(config))
+    train_tasks = split_tasks("train", c.train_size, c.train_size)
+    train = {seen(t, first_text(t)) for t in train_tasks}
+    test = split_tasks("test", c.test_size, c.train_size)
+    gen = split_tasks("test-generalize", c.generalize_size, c.train_size)
+    assert twins(train, test, first_text) == [] and twins(train, gen, first_text) == []
+    assert (len(test), len(gen)) == (c.test_size, c.generalize_size)
+    env = ENVS.get("blocks_bowls")(split="test", test_size=2, train_size=2)
+    try:
+        for t in (*train_tasks[:2], *test[:2]):
+            assert env.reset(t, 0).text == first_text(t)
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------------ Tower of Hanoi
+@pytest.mark.parametrize("config", ["collect_hanoi.yaml", "saycanpay_hanoi.yaml"])
+def test_hanoi_splits_share_no_task_with_train(config):
+    pytest.importorskip("pybullet")
+    from groundplan.envs.tabletop.hanoi import describe, split_tasks, start_stacks
+    from groundplan.envs.tabletop.scp_options import HanoiConfig
+
+    def first_text(t):
+        return describe(t.start_state["colours"], start_stacks(tuple(t.start_state["rods"])))
+
+    c = HanoiConfig(**env_options(config))
+    train_tasks = split_tasks("train", c.train_size, c.train_size, c.tower_goal_prob)
+    train = {seen(t, first_text(t)) for t in train_tasks}
+    test = split_tasks("test", c.test_size, c.train_size, c.tower_goal_prob)
+    gen = split_tasks("test-generalize", c.generalize_size, c.train_size, c.tower_goal_prob)
+    assert twins(train, test, first_text) == [] and twins(train, gen, first_text) == []
+    assert (len(test), len(gen)) == (c.test_size, c.generalize_size)
+    env = ENVS.get("hanoi")(split="test", test_size=2, train_size=2)
+    try:
+        for t in (*train_tasks[:2], *test[:2]):
+            assert env.reset(t, 0).text == first_text(t)
+    finally:
+        env.close()
+
+
+# ------------------------------------------------------------------------------------ VirtualHome
+def test_virtualhome_test_programs_repeat_no_train_program():
+    """Test is the other programs of the train tasks: none is a train program of its task step for step
+    (task name and steps: what the models read apart from a start observation that names only the room),
+    so none has a train program's model-visible signature either."""
+    pytest.importorskip("virtualhome_eval")
+    options = env_options("collect_virtualhome.yaml")
+    make = ENVS.get("virtualhome_scp")
+    train = make(**options, split="train").tasks()
+    steps = {(t.instruction.lower(), tuple(t.reference_plan)) for t in train}
+    for split in ("test", "test-generalize"):
+        tasks = make(**options, split=split).tasks()
+        assert tasks and [t.task_id for t in tasks if (t.instruction.lower(), tuple(t.reference_plan)) in steps] == []
+    test = make(**options, split="test").tasks()
+    assert len(test) >= 25 and not {t.task_id for t in test} & {t.task_id for t in train}
+
+
+# ------------------------------------------------------------------------------------ Can/Pay validation
+def _trajectory(task, first_text: str, split: str = "train"):
+    from groundplan.grounding.saycanpay_data import Trajectory
+
+    n = len(task.reference_plan)
+    return Trajectory(f"{task.task_id}|0", "env", split, task.task_id, task.instruction, first_text,
+                      tuple(task.reference_plan), (True,) * n, (0.0,) * (n - 1) + (1.0,), True)
+
+
+def _assert_split_by_task(trajs, seeds=(0, 1, 2)):
+    from groundplan.grounding.saycanpay_data import split_trajectories, trajectory_signature
+
+    for seed in seeds:
+        train, val = split_trajectories(trajs, 0.2, seed)
+        assert train and val and len(train) + len(val) == len(trajs)
+        assert not {t.task_id for t in train} & {t.task_id for t in val}
+        assert not {trajectory_signature(t) for t in train} & {trajectory_signature(t) for t in val}
+
+
+def test_kitchen_can_pay_validation_holds_whole_tasks(tmp_path):
+    """The README's kitchen data (5 seeds per task, one instruction and reference plan each), read the
+    way ``groundplan train`` reads it: no validation task has a trajectory in training."""
+    from groundplan.envs.kitchen import TASKS
+    from groundplan.grounding.saycanpay_config import TrainConfig
+    from groundplan.grounding.saycanpay_data import read_trajectories
+    from groundplan.pipelines.kitchen_trajectories import kitchen_split, kitchen_task_ids, write_kitchen_trajectories
+    from groundplan.pipelines.train import build_examples
+
+    write_kitchen_trajectories(tmp_path, seeds=range(5), splits=("train",))
+    trajs = read_trajectories([str(tmp_path)], env="kitchen", split="train")
+    assert len(trajs) == 5 * len(kitchen_task_ids("train"))
+    _assert_split_by_task(trajs)
+    cfg = TrainConfig(**{**yaml.safe_load((CONFIGS / "train_can_kitchen.yaml").read_text()), "data": [str(tmp_path)]})
+    _, _, counts = build_examples(cfg)
+    assert counts["val_tasks"] >= 1 and counts["train_tasks"] + counts["val_tasks"] <= len(kitchen_task_ids("train"))
+    test_instructions = {t.instruction.lower() for t in TASKS if kitchen_split(t.task_id) == "test"}
+    assert not test_instructions & {t.goal.lower() for t in trajs}  # kitchen test tasks are never trained on
+
+
+def test_can_pay_validation_holds_whole_tasks_in_every_env():
+    """The expert trajectories of each SayCanPay env's train split (goal, first observation, expert plan):
+    twins of different task ids (BabyAI layouts that read alike, VirtualHome programs written twice)
+    stay on one side of the split."""
+    pytest.importorskip("minigrid")
+    pytest.importorskip("pybullet")
+    from groundplan.envs.tabletop import blocks_bowls, hanoi
+
+    babyai = ENVS.get("babyai")(split="train")
+    _assert_split_by_task([_trajectory(t, babyai.reset(t, 0).text) for t in babyai.tasks()])
+    blocks = blocks_bowls.split_tasks("train", 200, 200)
+    _assert_split_by_task([_trajectory(t, blocks_bowls.scene_text(t.start_state["bowls"], t.start_state["blocks"], {}))
+                           for t in blocks])
+    towers = hanoi.split_tasks("train", 200, 200, 0.25)
+    _assert_split_by_task([_trajectory(t, hanoi.describe(t.start_state["colours"],
+                                                         hanoi.start_stacks(tuple(t.start_state["rods"]))))
+                           for t in towers])
+
+
+def test_twins_of_different_task_ids_are_one_task():
+    """Two trajectories that read alike are kept together even under different task ids; two seeds of one
+    task are kept together even when their observations differ."""
+    from groundplan.grounding.saycanpay_data import Trajectory, task_groups
+
+    def traj(traj_id, task_id, goal, obs, actions):
+        return Trajectory(traj_id, "e", "train", task_id, goal, obs, actions, (True,) * len(actions),
+                          (0.0,) * len(actions), True)
+
+    a = traj("a", "t1", "Pick up the ball", "room 1", ("pick up ball", "done"))
+    b = traj("b", "t2", "pick up  the ball", "Room 1", ("pick up ball", "done"))  # reads as a
+    c = traj("c", "t3", "pick up the ball", "room 2", ("pick up ball", "done"))  # another start
+    d = traj("d", "t3", "pick up the ball", "room 3", ("pick up ball", "done"))  # another seed of t3
+    assert sorted(sorted(t.traj_id for t in g) for g in task_groups([a, b, c, d])) == [["a", "b"], ["c", "d"]]
