@@ -1,7 +1,9 @@
-"""Exact savings on the SayCan kitchen sweep with the real model (issue 14, item 1): the score memo and
-SayCan's affordance-bound pruning, alone and together, against full scoring, in one run.
+"""Savings on the SayCan kitchen sweep with the real model: the score memo and SayCan's
+affordance-bound pruning, alone and together, against full scoring, in one run.
 
-Both are exact: every variant must choose the same skills in every episode (checked here). The sweep is
+Neither changes the logic of a decision, but both change the path that computes a score (a memo hit is
+the score as first computed; pruning scores in chunks), which moves log-probs by about 1e-5. So every
+variant must choose the same skills in every episode (checked here) and scores agree within that. The sweep is
 configs/saycan_kitchen.yaml restricted to SayCan and No-VF, ``--per-family`` tasks of each of the 7
 families, seeds 0-2, in-process (``run_sweep`` with the local executor) with one HF model whose prefix cache is cleared and
 re-warmed with the few-shot prompt before each variant. The memo is the scorer actor's

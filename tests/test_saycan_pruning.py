@@ -1,5 +1,6 @@
-"""SayCan's exact affordance-bound pruning (issue 14): the same decisions and plans as full scoring on
-every kitchen task x 3 seeds, with fewer options scored; pruned options are marked in the trace."""
+"""SayCan's exact affordance-bound pruning (options whose best possible combined score cannot win are not
+scored): the same decisions and plans as full scoring on every kitchen task x 3 seeds, with fewer options
+scored; pruned options are marked in the trace."""
 from __future__ import annotations
 
 import json
@@ -118,23 +119,31 @@ def test_pruned_trace_is_json_and_renders(tmp_path):
 
 
 def test_plan_command_keeps_full_scores(monkeypatch):
+    """``groundplan plan`` prints and charts every option's scores, so it builds SayCan without pruning:
+    every candidate of every step it plays carries its LLM score (the same model prunes in eval)."""
     from groundplan import cli
-
-    seen = {}
-    real = cli.__dict__.get("make_planner")
-
     import groundplan.factory as factory
+    import groundplan.rollout.episode as episode
 
-    def spy(spec, lm, max_steps, affordance=None):
+    seen: dict = {}
+    make, play = factory.make_planner, episode.run_episode
+
+    def spy_make(spec, lm, max_steps, affordance=None):
         seen["options"] = dict(spec.options)
-        return factory_make(spec, lm, max_steps, affordance)
+        return make(spec, lm, max_steps, affordance)
 
-    factory_make = factory.make_planner
-    monkeypatch.setattr(factory, "make_planner", spy)
+    def spy_play(*a, **k):
+        seen["trace"] = play(*a, **k)
+        return seen["trace"]
+
+    monkeypatch.setattr(factory, "make_planner", spy_make)
+    monkeypatch.setattr(episode, "run_episode", spy_play)
     monkeypatch.setattr("groundplan.llm.load_llm", lambda *a, **k: FakeLM(hashed_logprob))
     assert cli.main(["plan", "bring me a coke", "--max-steps", "2"]) == 0
     assert seen["options"] == {"prune": False}
-    del real
+    steps = seen["trace"].steps
+    assert steps and all(len(s.candidates) > 1 for s in steps)
+    assert all(c.llm is not None and not c.extra.get("pruned") for s in steps for c in s.candidates)
 
 
 def test_pruning_with_the_real_model_small(lm):

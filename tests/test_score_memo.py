@@ -1,5 +1,6 @@
-"""The scorer's score memo (issue 14): exact (same scores as without it), computes each missing
-(prompt, option) once per batch, LRU-bounded, and its hit rate reaches the sweep's stats and MLflow."""
+"""The scorer's score memo, since a sweep asks for the same (prompt, option) scores again across seeds and
+planners: exact (same scores as without it), computes each missing (prompt, option) once per batch,
+LRU-bounded, and its hit rate reaches the sweep's stats and MLflow."""
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,9 @@ def test_memo_returns_exactly_the_models_scores_and_computes_only_misses():
     assert again == ref.score_batch([("p1", [" c", " a"]), ("p3", [" a"])]) and computed == 1
     assert lm.score_calls[-1] == ("p3", [" a"])
     stats = memo.stats()
-    assert stats["memo_hits"] == 3 and stats["memo_lookups"] == 8  # p1 " b" twice in batch 1; 2 in batch 2 and stats["memo_entries"] == 5
+    # hits: the second p1 " b" of batch 1, p1 " c" and " a" in batch 2; entries: the 5 distinct pairs
+    assert stats["memo_hits"] == 3 and stats["memo_lookups"] == 8 and stats["memo_entries"] == 5
+    assert len(memo) == 5
 
 
 def test_memo_keys_include_the_model_and_evict_least_recently_used():

@@ -12,9 +12,13 @@ state (Ahn et al. 2022, Sec. 3: the scene enters through the affordances only), 
 and planners sharing the LLM part (SayCan and No-VF) ask for the same option scores again and again.
 The scorer keeps an LRU memo of option scores keyed by (model, scoring mode, prompt, option); a batch
 computes only the (prompt, option) pairs the memo lacks, deduplicated across the batch and grouped by
-prompt, so every worker of a sweep shares it. Scores are deterministic functions of that key (the
-engine computes each option as in a lone ``prompt + option`` forward), so the memo is exact; its hit
-rate is in :meth:`LLMScorer.stats` and thereby in the sweep's stats and MLflow metrics.
+prompt, so every worker of a sweep shares it. The engine computes each option as in a lone
+``prompt + option`` forward, but not bit-identically along every path: the options packed beside it and
+the length of the cached prefix it starts from change the float32 arithmetic, by about 1e-5 in log p on
+SmolLM2-135M. So a memo hit returns the score as first computed, which can differ from a fresh
+computation by that much; decisions were identical with the memo on and off on every sweep measured
+(``tests/test_memo_prune_decisions.py`` checks a small real-model sweep). Its hit rate is in
+:meth:`LLMScorer.stats` and thereby in the sweep's stats and MLflow metrics.
 """
 from __future__ import annotations
 

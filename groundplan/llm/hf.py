@@ -4,7 +4,9 @@ Scoring (SayCan's pattern: many short options after one long prompt). The prompt
 at all when the prefix cache holds it; then all options are packed after it into one sequence whose
 4-D attention mask lets every option token see the prompt's cached keys/values and the earlier tokens
 of its own option only (the layout of tree attention / SpecInfer). Position ids restart after the
-prompt for every option, so each option is computed exactly as in a lone ``prompt + option`` forward.
+prompt for every option, so each option is computed as in a lone ``prompt + option`` forward: the
+same function, though not bit-identically, since the other options in the pack and the cached prefix's
+length change the float32 reduction order (differences of about 1e-5 in log p, tested at 1e-3).
 Vocabulary logits are computed only at the positions that predict an option token.
 
 Several requests (``score_batch``, e.g. the scorer actor's batch from many episodes) can also run as

@@ -19,5 +19,7 @@ class HFOptions(BaseModel):
     prefix_cache_mb: int = Field(1024, ge=0, description="bytes of prompt key/values kept for reuse (LRU), in MiB")
     max_pack_tokens: int = Field(512, ge=1, description="most option tokens packed into one forward pass")
     beam_memo_size: int = Field(20000, ge=0, description="diverse beam searches remembered by (prompt, "
-                                "parameters), LRU; 0 disables. Exact: the search is deterministic, and planners "
-                                "of one sweep (Greedy-Action rows, Beam-Action's beams) ask for the same prompts")
+                                "parameters), LRU; 0 disables. A hit returns the search as first run; a rerun "
+                                "could differ only where a near-tie meets the ~1e-5 path dependence of the "
+                                "scores. Planners of one sweep (Greedy-Action rows, Beam-Action's beams) ask "
+                                "for the same prompts")

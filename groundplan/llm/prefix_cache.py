@@ -4,7 +4,9 @@ Every SayCan step re-scores a prompt that shares its few-shot examples with ever
 its plan-so-far with the previous step. Like vLLM's automatic prefix caching or SGLang's
 RadixAttention, a lookup returns the stored entry with the longest common token prefix with the new
 prompt; because the key/value state at position j depends only on tokens 0..j, the first ``m``
-positions of any entry that agrees on ``m`` tokens are exact for the new prompt. Unlike vLLM, this
+positions of any entry that agrees on ``m`` tokens are valid for the new prompt (the same values up
+to float32 rounding: key/values computed in a longer or shorter forward differ in the last digits, so
+scores after a warm prefix match a cold run to about 1e-5, not bit for bit). Unlike vLLM, this
 cache also serves requests that need prompt log-probs, which is exactly SayCan's scoring pattern.
 """
 from __future__ import annotations

@@ -10,7 +10,8 @@ Registered planners (``groundplan.planners.PLANNERS``):
 
 - ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``; options
   that cannot beat the best combined score (log p_affordance below it, as log p_LLM <= 0) are not
-  scored (``prune``, exact).
+  scored (``prune``; exact for the scores it sees, see ``SayCanConfig.prune`` for the ~1e-5 path
+  dependence of the scores themselves).
 - ``"saycan_novf"``: the "No VF" ablation (Sec. 5.5): the same planner without the value-function
   grounding, i.e. the argmax of the LLM score alone.
 - ``"generative"``: the "Generative" ablation (Sec. 5.5): the LLM greedily writes the next step and
@@ -154,10 +155,12 @@ class SayCanConfig(DialogPlannerConfig):
     )
     prune: bool = Field(
         True,
-        description="Exact affordance-bound pruning: since log p_LLM <= 0, an option whose log-affordance "
+        description="Affordance-bound pruning: since log p_LLM <= 0, an option whose log-affordance "
         "is below the best combined score found so far cannot win, so options are scored in order of "
         "affordance, prune_chunk at a time, until none left can win; affordance-0 options are never "
-        "scored. Decisions are identical to full scoring; pruned options carry llm=None and "
+        "scored. The bound is exact for the scores it sees, but scoring in chunks changes scores by "
+        "~1e-5 (float32 packing), so decisions equal full scoring except at a near-tie; they were "
+        "identical on every sweep measured. Pruned options carry llm=None and "
         "extra['pruned']=True. `groundplan plan` turns it off to chart every option's scores. Only "
         "applies with use_affordance=True.",
     )
@@ -273,7 +276,7 @@ class SayCanPlanner(DialogPlanner):
     """SayCan (Algorithm 1), and with ``use_affordance=False`` the "No VF" baseline (Sec. 5.5).
 
     Each step scores the admissible labels ``" <skill>"`` as continuations of the prompt (all in one
-    ``lm.score`` call with ``prune=False``; with exact affordance-bound pruning, the default, only those
+    ``lm.score`` call with ``prune=False``; with affordance-bound pruning, the default, only those
     that can still win, in packed chunks by descending affordance), takes log p_LLM as the sum (default) or mean of its token log-probs, adds
     log p_affordance (an affordance of 0 gives -inf and is never chosen unless every skill has it),
     and picks the argmax; ties go to the first skill in the observation's order. The last step's
@@ -355,14 +358,15 @@ class SayCanPlanner(DialogPlanner):
         return float(score.logprob_sum if self.config.llm_score == "sum" else score.logprob_mean)
 
     def _pruned_step(self, observation: Observation, skills: list[str]) -> Decision:
-        """Algorithm 1's argmax with exact affordance-bound pruning (see ``SayCanConfig.prune``).
+        """Algorithm 1's argmax with affordance-bound pruning (see ``SayCanConfig.prune``).
 
         combined_i = log p_LLM,i + log p_aff,i <= log p_aff,i because log p_LLM <= 0. Options are scored
         in descending affordance, ``prune_chunk`` per ``lm.score`` call; once the next option's bound
         log p_aff is strictly below the best combined score so far, neither it nor any later option can
         reach that score, so scoring stops. Unscored options keep combined = -inf, which is exact for
         affordance 0 and strictly below the maximum otherwise, so the first-maximum argmax over the
-        observation's order (ties included) is the one full scoring gives. Should the model return a
+        observation's order (ties included) is the one full scoring gives *for the same scores*; chunked
+        scores differ from one-call scores by ~1e-5, so only a near-tie could differ. Should the model return a
         positive log-prob (a bug in a backend or fake), the bound no longer holds and every remaining
         option with a positive affordance is scored."""
         affordance = _checked_affordances(self.affordance(observation, skills, tuple(self._history)), skills)
