@@ -1,35 +1,49 @@
 """Serve load benchmark: concurrent POST /v1/score on loopback against the embedded model, against the
-same requests sent one at a time.
+same requests sent one at a time, the two timed in alternating windows of one run.
 
-Each request is one SayCan step as a remote caller would send it: the Appendix C.2 few-shot prompt, an
-instruction, and ``--options`` kitchen skills. Concurrent callers (threads started behind a barrier,
-timed over one shared wall-clock window) let ``@serve.batch`` group requests into one ``score_batch``;
-the baseline sends the same requests sequentially (each batch holds one). Reports req/s, p50/p99
-latency and the mean batch size (from each response's ``batch_size``).
+Each request is one SayCan kitchen step as a remote caller would send it: the Appendix C.2 few-shot
+prompt with a kitchen task's instruction (``build_prompt``, the prompt the planner scores its first step
+on) and the kitchen env's own skill list as the options (all 51 by default; ``--options k`` sends a
+rotating window of k of them). The requests cycle through the kitchen's instructions, family by family.
 
-    PYTHONPATH=. flock /tmp/gp-heavy.lock python benchmarks/bench_serve.py [--requests 64] [--concurrency 8]
+- **serial** (the unbatched baseline): one caller, one request at a time (each ``@serve.batch`` holds one);
+- **concurrent**: ``--concurrency`` callers, threads started behind a barrier and timed over one shared
+  wall-clock window, so that ``@serve.batch`` can group requests into one ``score_batch``.
 
-Last line: ``result: batched_ratio=<x> rps=<x> p99_ms=<x>``.
+Both send the same requests. After an untimed warm-up pass over all of them (model load paths, the
+engine's prefix cache, its ``batched_forward="auto"`` trials), ``--rounds`` rounds each time one serial
+and one concurrent window, in alternating order (serial first, then concurrent first, ...), so that a
+change in the machine's load lands on both. ``batched_ratio`` = concurrent throughput / serial
+throughput (req/s over req/s), the geometric mean of the per-round ratios (its 95% t-interval on the
+log scale is logged); ``rps`` and ``p99_ms`` are the concurrent windows' pooled throughput and 99th
+percentile latency.
+
+    PYTHONPATH=. flock /tmp/gp-heavy.lock python benchmarks/bench_serve.py [--requests 32] [--concurrency 8]
+        [--rounds 3] [--options 51]
+
+Last line: ``result: batched_ratio=<x> rps=<x> p99_ms=<x> options=<k>``.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import socket
 import statistics
 import threading
 import time
+from typing import Any, Callable, Sequence
 
 import requests
 
-from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.planners.saycan import build_prompt, load_prompt
 from groundplan.serve.config import ServeConfig
 
 log = logging.getLogger("bench_serve")
-INSTRUCTIONS = ["How would you bring me a coke can?", "Bring me an apple from the counter.",
-                "Throw away the sponge.", "I spilled my drink, can you help?", "Put the chips on the table.",
-                "How would you bring me something to eat?", "Move the 7up can to the trash.", "Bring me a fruit."]
+
+#: two-sided 95% Student t quantiles by degrees of freedom (the smaller df's between entries: errs wide)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
 
 def _free_port() -> int:
@@ -38,38 +52,79 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_requests(n: int, options: int) -> list[dict]:
+def kitchen_step() -> tuple[list[str], list[str]]:
+    """The kitchen env's skill list (what its observation offers at every step) and its task
+    instructions, interleaved by family (task 0 of each family, then task 1, ...)."""
+    from groundplan.config import EnvSpec
+    from groundplan.factory import make_env
+
+    env = make_env(EnvSpec(name="kitchen"))
+    tasks = env.tasks()
+    skills = list(env.reset(tasks[0], 0).skills)
+    by_family: dict[str, list[str]] = {}
+    for t in tasks:
+        by_family.setdefault(t.family, []).append(t.instruction)
+    width = max(len(v) for v in by_family.values())
+    instructions = [v[i] for i in range(width) for v in by_family.values() if i < len(v)]
+    return skills, instructions
+
+
+def make_requests(n: int, options: int, skills: Sequence[str], instructions: Sequence[str]) -> list[dict]:
+    """``n`` score requests: request i scores ``options`` skills (all of them, or a window starting at
+    skill 3i, wrapping around the list) after the prompt of instruction i (cycling)."""
+    if not 1 <= options <= len(skills):
+        raise ValueError(f"--options must be between 1 and {len(skills)} (the kitchen's skills), got {options}")
     few_shot = load_prompt("saycan_kitchen")
     out = []
     for i in range(n):
-        prompt = build_prompt(few_shot, INSTRUCTIONS[i % len(INSTRUCTIONS)]) + " 1."
-        opts = [" " + s for s in SKILLS[(i * 3) % (len(SKILLS) - options):][:options]]
+        prompt = build_prompt(few_shot, instructions[i % len(instructions)])
+        start = (i * 3) % len(skills) if options < len(skills) else 0
+        opts = [" " + skills[(start + j) % len(skills)] for j in range(options)]
         out.append({"prompt": prompt, "options": opts, "request_id": f"r{i}"})
     return out
 
 
-def percentile(xs: list[float], q: float) -> float:
+def percentile(xs: Sequence[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+def log_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Geometric mean of per-round ratios and its 95% t-interval on the log scale (nan bounds with fewer
+    than two rounds)."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), float("nan"), float("nan")
+    t = T95[max(k for k in T95 if k <= len(logs) - 1)]
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def run(base: str, reqs: list[dict], concurrency: int) -> dict:
+    """Send ``reqs`` from ``concurrency`` callers (caller k sends requests k, k + concurrency, ...); the
+    window runs from the barrier's release to the last caller's end."""
     latencies: list[float] = []
     batches: list[int] = []
+    errors: list[BaseException] = []
     lock = threading.Lock()
     barrier = threading.Barrier(concurrency + 1)
 
     def worker(k: int) -> None:
         session = requests.Session()
         barrier.wait()
-        for body in reqs[k::concurrency]:
-            t0 = time.perf_counter()
-            r = session.post(f"{base}/v1/score", json=body, timeout=300)
-            dt = time.perf_counter() - t0
-            r.raise_for_status()
+        try:
+            for body in reqs[k::concurrency]:
+                t0 = time.perf_counter()
+                r = session.post(f"{base}/v1/score", json=body, timeout=600)
+                dt = time.perf_counter() - t0
+                r.raise_for_status()
+                with lock:
+                    latencies.append(dt)
+                    batches.append(r.json()["batch_size"])
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the driver thread below
             with lock:
-                latencies.append(dt)
-                batches.append(r.json()["batch_size"])
+                errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     for t in threads:
@@ -79,20 +134,32 @@ def run(base: str, reqs: list[dict], concurrency: int) -> dict:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"n": len(latencies), "wall_s": wall, "rps": len(latencies) / wall,
+    if errors:
+        raise RuntimeError(f"{len(errors)} caller(s) failed; first: {errors[0]!r}") from errors[0]
+    return {"n": len(latencies), "wall_s": wall, "rps": len(latencies) / wall, "latencies": latencies,
             "p50_ms": 1e3 * statistics.median(latencies), "p99_ms": 1e3 * percentile(latencies, 0.99),
             "mean_batch": statistics.mean(batches)}
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None = None) -> None:
+    """``lm_factory`` replaces the configured model in the scorer replica (the test passes a fake)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=32, help="requests per window")
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--options", type=int, default=8, help="options per request")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (serial, concurrent) windows, order alternating")
+    ap.add_argument("--options", type=int, default=51, help="options per request (the kitchen has 51 skills)")
     ap.add_argument("--batch", type=int, default=8, help="scorer max_batch_size")
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.requests < 1 or args.concurrency < 1:
+        ap.error("--rounds, --requests and --concurrency must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    skills, instructions = kitchen_step()
+    try:
+        reqs = make_requests(args.requests, args.options, skills, instructions)
+    except ValueError as exc:
+        ap.error(str(exc))
 
     import ray
     from ray import serve
@@ -102,27 +169,49 @@ def main() -> None:
     port = _free_port()
     cfg = ServeConfig(
         name="bench", port=port, viewer_dir=None, llm={"model": args.model},
-        planners=[{"name": "saycan_novf", "label": "No-VF"}], limits={"max_options": 64, "max_prompt_chars": 20000},
+        planners=[{"name": "saycan_novf", "label": "No-VF"}],
+        limits={"max_options": max(64, args.options), "max_prompt_chars": 20000},
         scorer={"max_batch_size": args.batch, "batch_wait_timeout_s": 0.005, "max_ongoing_requests": 4 * args.batch,
                 "placement": {"num_cpus": 1}, "autoscaling": {"min_replicas": 1, "max_replicas": 1}},
         planner={"placement": {"num_cpus": 0.1}}, ingress={"placement": {"num_cpus": 0.1}, "max_ongoing_requests": 128})
+    log.info("%d requests of %d options (prompt %d chars), %d concurrent callers vs one at a time, %d rounds",
+             len(reqs), args.options, len(reqs[0]["prompt"]), args.concurrency, args.rounds)
+    windows: dict[str, list[dict]] = {"serial": [], "concurrent": []}
+    ratios = []
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        run_server(cfg, blocking=False)
+        run_server(cfg, blocking=False, lm_factory=lm_factory)
         base = f"http://127.0.0.1:{port}"
-        reqs = make_requests(args.requests, args.options)
-        run(base, reqs[: 2 * args.concurrency], args.concurrency)  # warm-up: model load paths, prefix cache
-        seq = run(base, reqs, 1)
-        con = run(base, reqs, args.concurrency)
+        run(base, reqs, args.concurrency)  # warm-up, untimed: every prompt once, batched
+        for r in range(args.rounds):
+            order = ("serial", "concurrent") if r % 2 == 0 else ("concurrent", "serial")
+            got = {name: run(base, reqs, 1 if name == "serial" else args.concurrency) for name in order}
+            for name, w in got.items():
+                windows[name].append(w)
+            ratios.append(got["concurrent"]["rps"] / got["serial"]["rps"])
+            log.info("round %d (%s first): serial %.2f req/s, concurrent %.2f req/s (mean batch %.2f): %.2fx",
+                     r + 1, order[0], got["serial"]["rps"], got["concurrent"]["rps"], got["concurrent"]["mean_batch"],
+                     ratios[-1])
     finally:
         serve.shutdown()
         ray.shutdown()
-    for name, r in (("one at a time", seq), (f"{args.concurrency} concurrent", con)):
-        print(f"{name:>14}: n={r['n']} {r['rps']:.2f} req/s  p50 {r['p50_ms']:.0f} ms  p99 {r['p99_ms']:.0f} ms  "
-              f"mean batch {r['mean_batch']:.2f}  ({r['wall_s']:.1f} s)")
-    ratio = con["rps"] / seq["rps"]
-    print(f"result: batched_ratio={ratio:.2f} rps={con['rps']:.2f} p99_ms={con['p99_ms']:.0f} "
-          f"seq_rps={seq['rps']:.2f} mean_batch={con['mean_batch']:.2f}")
+
+    pooled = {}
+    for name, ws in windows.items():
+        lat = [x for w in ws for x in w["latencies"]]
+        pooled[name] = {"n": len(lat), "wall_s": sum(w["wall_s"] for w in ws), "p50_ms": 1e3 * statistics.median(lat),
+                        "p99_ms": 1e3 * percentile(lat, 0.99),
+                        "mean_batch": statistics.fmean(w["mean_batch"] for w in ws)}
+        pooled[name]["rps"] = pooled[name]["n"] / pooled[name]["wall_s"]
+    for name, label in (("serial", "one at a time"), ("concurrent", f"{args.concurrency} concurrent")):
+        p = pooled[name]
+        log.info("%14s: n=%d %.2f req/s  p50 %.0f ms  p99 %.0f ms  mean batch %.2f  (%.1f s over %d windows)", label,
+                 p["n"], p["rps"], p["p50_ms"], p["p99_ms"], p["mean_batch"], p["wall_s"], args.rounds)
+    ratio, lo, hi = log_interval(ratios)
+    log.info("batched_ratio (concurrent req/s / serial req/s): %.2fx, 95%% CI %.2f-%.2f over %d rounds "
+             "(geometric mean, t-interval on log ratios)", ratio, lo, hi, len(ratios))
+    con = pooled["concurrent"]
+    print(f"result: batched_ratio={ratio:.2f} rps={con['rps']:.2f} p99_ms={con['p99_ms']:.0f} options={args.options}")
 
 
 if __name__ == "__main__":

@@ -1,108 +1,225 @@
-"""groundplan against the way the published code runs SayCan (issue 14, item 2): time per step on the
-same kitchen steps, in one run.
+"""groundplan against SayCan's public colab (the peer): time per decision on the same kitchen episodes,
+both sides timed in alternating rounds of one run.
 
-- **groundplan's way**: the SayCan / No-VF kitchen sweep (configs/saycan_kitchen.yaml, ``--per-family``
-  tasks of each of the 7 families, ``--seeds``) with the engine's shared-prefix packed scoring and
-  prefix cache, SayCan's exact affordance-bound pruning (on in eval) and the scorer's score memo
-  (``MemoizedLM``: the scorer actor's ``ScoreMemo`` in process, so that Ray's start-up on this 2-core
-  machine is not in the figure). Step time = the sweep's wall time (planning, env execution and trace
-  writing) / its number of decisions.
-- **the peer way**: SayCan's public colab pattern: one episode at a time, and at every step one full
-  forward pass of ``prompt + option`` per option, no key/value cache, no pruning, no memo
-  (``HFLanguageModel.score_reference``: all logits of the full sequence, as an API call with
-  ``echo=True`` returns them). A peer step costs seconds to minutes on a CPU, so it is sampled: ``--peer-steps``
-  steps drawn at random from groundplan's own decisions (their exact prompts and option lists), and in
-  each ``--peer-options`` of its options timed; the step's time is the mean per-option forward time times
-  its number of options (the options' full forwards differ only by a few option tokens in length).
+**The peer** is the colab's planning loop, reproduced against groundplan's kitchen env and model:
 
-Output: both step times with n and a 95% interval (t over sampled steps for the peer side), their
-ratio, and the last line ``result: ratio=<x> peer_step_s=<x> groundplan_step_s=<x>``.
+- each step scores every option in **one** LLM call, the colab's ``gpt3_scoring``: the request carries
+  every ``prompt + option`` string (GPT-3 Completions with ``echo=True, logprobs=1, max_tokens=0,
+  temperature=0``), and the server computes each string's full forward pass, all logits, with no key/value
+  cache (``HFLanguageModel.score_reference``: what an echo request makes the server compute);
+- every call goes through the colab's ``LLM_CACHE`` (:class:`ColabLM`): a dict keyed on ``(engine,
+  "".join(prompts), max_tokens, temperature, logprobs, echo)``, the colab's ``gpt3_call`` key, so a query
+  asked again (SayCan and No-VF share their first step; No-VF's queries do not depend on the seed) costs
+  a dict lookup, as in the colab;
+- the option's score is the sum of its own tokens' log-probs (the colab sums back to the line start,
+  which adds the same constant to every option, so the argmax is the same), combined with the same
+  value-function affordances and argmax'ed by SayCan's planner with pruning off (the colab scores every
+  option); one episode at a time.
 
-    python benchmarks/bench_vs_peer.py [--per-family 1] [--seeds 0 1] [--peer-steps 8] [--peer-options 3]
+**groundplan** runs the same sweep its own way: packed shared-prefix scoring with its prefix cache, exact
+affordance-bound pruning (on in eval) and the scorer's score memo (``MemoizedLM``, in process, so that
+Ray's start-up on a small machine is not in the figure).
+
+Both sides run the same episodes (``configs/saycan_kitchen.yaml``: ``--families`` x ``--per-family``
+tasks x ``--seeds`` x ``--planners``) through the same local episode runner, env and trace writing, and
+each round starts both sides with empty caches (LLM_CACHE; score memo and prefix cache), so every round
+times the same cold sweep and the caches only pay off inside it. Rounds alternate the order (peer then
+groundplan, then groundplan then peer, ...) so that a load change lands on both sides, not on one.
+
+``ratio`` = the peer's time per decision / groundplan's time per decision (wall time of the whole sweep,
+planning, env and traces, over its decisions), per round; reported as the geometric mean over rounds
+with a 95% t-interval on the log of the per-round ratios. A peer decision over 51 kitchen skills is about
+51 full forwards of a ~1,000-token prompt, minutes on a 2-core CPU: ``--max-options`` (SayCan's own
+``max_options``, the same for both sides) and ``--max-steps`` shrink a run.
+
+    python benchmarks/bench_vs_peer.py [--families nl_single_primitive] [--per-family 1] [--seeds 0 1]
+        [--rounds 3] [--max-options N] [--max-steps N]
+
+Last line: ``result: ratio=<x> ratio_lo=<x> ratio_hi=<x> peer_cache=on``.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import random
+import math
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
 log = logging.getLogger("bench_vs_peer")
 
-#: two-sided 95% Student t quantiles by degrees of freedom (for small samples of peer steps)
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18,
-       15: 2.13, 20: 2.09, 30: 2.04}
+#: two-sided 95% Student t quantiles by degrees of freedom; between two entries the smaller df's
+#: (larger) quantile is used, so the interval errs wide
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
 
 def t95(df: int) -> float:
-    return T95.get(df) or T95[max(k for k in T95 if k <= df)] if df >= 1 else float("nan")
+    if df < 1:
+        return float("nan")
+    return T95[max(k for k in T95 if k <= df)]
 
 
-def main() -> None:
+def log_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Geometric mean of per-round ratios and its 95% t-interval on the log scale (a ratio's noise is
+    multiplicative: load slows a round by a factor); the bounds are nan with fewer than two rounds."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), float("nan"), float("nan")
+    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+class ColabLM:
+    """The colab's ``gpt3_scoring`` over ``gpt3_call`` and its ``LLM_CACHE``, as a language model.
+
+    ``score(prompt, options)`` makes one call carrying every ``prompt + option`` string, memoised on the
+    colab's own key ``(engine, "".join(strings), max_tokens, temperature, logprobs, echo)``; a miss goes
+    to the server, which computes every string's full forward (``score_reference``), or ``score`` for a
+    model without that path (the test doubles). Nothing but whole identical calls is reused.
+    """
+
+    def __init__(self, lm: Any) -> None:
+        self.lm = lm
+        self.name = lm.name
+        self.cache: dict[tuple, Any] = {}  # the colab's LLM_CACHE
+        self.calls = 0
+        self.hits = 0
+
+    def gpt3_call(self, query: str, options: Sequence[str], max_tokens: int = 128, temperature: float = 0,
+                  logprobs: int = 1, echo: bool = False) -> Any:
+        prompt = [query + option for option in options]
+        key = (self.name, "".join(prompt), max_tokens, temperature, logprobs, echo)
+        self.calls += 1
+        if key in self.cache:
+            self.hits += 1
+            return self.cache[key]
+        server = getattr(self.lm, "score_reference", None) or self.lm.score
+        response = server(query, list(options))
+        self.cache[key] = response
+        return response
+
+    def score(self, prompt: str, options: Sequence[str]) -> list[Any]:
+        return self.gpt3_call(prompt, options, max_tokens=0, temperature=0, logprobs=1, echo=True)
+
+    def score_batch(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[list[Any]]:
+        return [self.score(p, o) for p, o in requests]  # the colab sends one query at a time
+
+    def generate(self, prompt: str, params: Any) -> Any:
+        return self.lm.generate(prompt, params)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return self.lm.embed(texts)
+
+
+def sweep_config(args: argparse.Namespace, output_dir: str) -> Any:
+    """The kitchen sweep both sides run (groundplan's planner options as configured)."""
+    from benchmarks.kitchen_sweep import saycan_kitchen_sweep
+
+    cfg = saycan_kitchen_sweep(args.per_family, args.seeds, output_dir=output_dir)
+    planners = [p for p in cfg.planners if p.display in args.planners]
+    if args.max_options is not None:
+        planners = [p.model_copy(update={"options": {**p.options, "max_options": args.max_options}}) for p in planners]
+    update: dict[str, Any] = {"planners": planners}
+    if args.families and args.families != ["all"]:
+        update["tasks"] = cfg.tasks.model_copy(update={"families": list(args.families)})
+    if args.max_steps is not None:
+        update["max_steps"] = args.max_steps
+    return cfg.model_copy(update=update)
+
+
+def peer_config(cfg: Any) -> Any:
+    """The same sweep with SayCan's pruning off: the colab scores every option."""
+    return cfg.model_copy(update={"planners": [p.model_copy(update={"options": {**p.options, "prune": False}})
+                                               for p in cfg.planners]})
+
+
+def _clear_engine_cache(lm: Any) -> None:
+    cache = getattr(lm, "cache", None)
+    if cache is not None and hasattr(cache, "clear"):
+        cache.clear()
+
+
+def run_side(side: str, cfg: Any, lm: Any) -> dict[str, Any]:
+    """One cold sweep of one side, timed from start to end of ``run_sweep``."""
+    from groundplan.actors.scorer import MemoizedLM
+    from groundplan.pipelines.sweep import run_sweep
+
+    _clear_engine_cache(lm)
+    wrapped = ColabLM(lm) if side == "peer" else MemoizedLM(lm)
+    with tempfile.TemporaryDirectory(prefix=f"bench_vs_peer_{side}_") as out:
+        run_cfg = cfg.model_copy(update={"output_dir": out})
+        t0 = time.perf_counter()
+        result = run_sweep(run_cfg, lm=wrapped, progress=False, resume=False)
+        wall = time.perf_counter() - t0
+    decisions = sum(len(t.steps) for t in result.traces)
+    plans = {(t.planner, t.task_id, t.seed): [s.chosen for s in t.steps] for t in result.traces}
+    if side == "peer":
+        cache = f"LLM_CACHE {wrapped.hits}/{wrapped.calls} calls hit"
+    else:
+        cache = f"score memo {wrapped.memo.hits}/{wrapped.memo.lookups} option lookups hit"
+    return {"wall_s": wall, "decisions": decisions, "step_s": wall / max(decisions, 1), "plans": plans, "cache": cache,
+            "errors": sum(t.error is not None for t in result.traces)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", nargs="+", default=["nl_single_primitive"], help="task families ('all': the 7)")
     ap.add_argument("--per-family", type=int, default=1)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--peer-steps", type=int, default=8, help="groundplan decisions re-scored the peer way")
-    ap.add_argument("--peer-options", type=int, default=3, help="options timed per sampled step")
+    ap.add_argument("--planners", nargs="+", default=["SayCan", "No-VF"], choices=["SayCan", "No-VF"])
+    ap.add_argument("--max-steps", type=int, default=None, help="decisions per episode (default: the config's)")
+    ap.add_argument("--max-options", type=int, default=None,
+                    help="SayCan's max_options for both sides (default: every one of the 51 skills)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (peer, groundplan), order alternating")
+    ap.add_argument("--backend", default="hf", help="LLM backend (a registered test double for the test)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the step sample")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
 
+    from groundplan.actors.scorer import import_plugins
+    from groundplan.llm import load_llm
+
+    import_plugins()  # a backend registered by a module named in $GROUNDPLAN_PLUGINS
+    lm = load_llm(args.backend, model=args.model)
+    cfg = sweep_config(args, "outputs/bench_vs_peer")  # each side's run writes to a temporary folder instead
+    peer_cfg = peer_config(cfg)
     import torch
 
-    from benchmarks.kitchen_sweep import saycan_kitchen_sweep
-    from groundplan.actors.scorer import MemoizedLM
-    from groundplan.llm.hf import HFLanguageModel
-    from groundplan.pipelines.sweep import run_sweep
-    from groundplan.planners.saycan import build_prompt, load_prompt
+    log.info("model %s (%s backend), %d torch threads", lm.name, args.backend, torch.get_num_threads())
 
-    cfg = saycan_kitchen_sweep(args.per_family, args.seeds, output_dir=tempfile.mkdtemp(prefix="bench_vs_peer_"))
-    lm = HFLanguageModel(args.model)
-    log.info("model %s on %s, %d torch threads", args.model, lm.device.type, torch.get_num_threads())
+    # untimed warm-up: each side's model path, the embedder and action embeddings (with --max-options)
+    run_side("groundplan", cfg.model_copy(update={"max_steps": 1}), lm)
+    ColabLM(lm).score("Human: warm up\nRobot: 1.", [" done"])
 
-    # --- groundplan's way: the whole sweep
-    t0 = time.perf_counter()
-    result = run_sweep(cfg, lm=MemoizedLM(lm), progress=False, resume=False)
-    wall = time.perf_counter() - t0
-    steps = [(t, k) for t in result.traces for k in range(len(t.steps))]
-    gp_step = wall / len(steps)
-    plan_s = [t.steps[k].timings.get("plan_s", 0.0) for t, k in steps]
-    log.info("groundplan: %d episodes, %d decisions in %.1f s = %.3f s/step (planning alone: mean %.3f s, "
-             "median %.3f s)", len(result.traces), len(steps), wall, gp_step, statistics.fmean(plan_s), statistics.median(plan_s))
+    rows = []
+    for r in range(args.rounds):
+        order = ("peer", "groundplan") if r % 2 == 0 else ("groundplan", "peer")
+        out = {side: run_side(side, peer_cfg if side == "peer" else cfg, lm) for side in order}
+        peer, gp = out["peer"], out["groundplan"]
+        same = sum(peer["plans"].get(k) == v for k, v in gp["plans"].items())
+        ratio = peer["step_s"] / gp["step_s"]
+        rows.append(ratio)
+        log.info("round %d (%s first): peer %d decisions in %.1f s = %.2f s/decision (%s); groundplan %d in %.1f s = "
+                 "%.3f s/decision (%s); ratio %.1fx; same plan in %d/%d episodes", r + 1, order[0],
+                 peer["decisions"], peer["wall_s"], peer["step_s"], peer["cache"],
+                 gp["decisions"], gp["wall_s"], gp["step_s"], gp["cache"], ratio, same, len(gp["plans"]))
+        if peer["errors"] or gp["errors"]:
+            log.warning("episodes that ended in an error: peer %d, groundplan %d", peer["errors"], gp["errors"])
 
-    # --- the peer way on a sample of the same decisions
-    few = {p.display: load_prompt(p.options.get("prompt", "saycan_kitchen")) for p in cfg.planners}
-    rng = random.Random(args.seed)
-    sample = rng.sample(steps, min(args.peer_steps, len(steps)))
-    per_step, forwards = [], 0
-    lm.score_reference(build_prompt(few["SayCan"], "warm up"), [" done"])
-    for t, k in sample:
-        prompt = build_prompt(few[t.planner], t.instruction) + "".join(s.prompt_delta for s in t.steps[:k])
-        options = [" " + c.skill for c in t.steps[k].candidates]
-        timed = rng.sample(options, min(args.peer_options, len(options)))
-        t1 = time.perf_counter()
-        lm.score_reference(prompt, timed)
-        per_option = (time.perf_counter() - t1) / len(timed)
-        forwards += len(timed)
-        per_step.append(per_option * len(options))
-        log.info("  peer step (%s, %s, step %d): %d options, %d timed, %.2f s/option -> %.1f s/step", t.planner,
-                 t.task_id, k + 1, len(options), len(timed), per_option, per_step[-1])
-    peer = statistics.fmean(per_step)
-    half = t95(len(per_step) - 1) * statistics.stdev(per_step) / len(per_step) ** 0.5 if len(per_step) > 1 else float("nan")
-    log.info("peer: %.1f s/step (95%% CI %.1f-%.1f; n=%d steps sampled from groundplan's %d, %d full forwards timed)",
-             peer, peer - half, peer + half, len(per_step), len(steps), forwards)
-    ratio = peer / gp_step
-    log.info("ratio: %.0fx (peer CI bounds give %.0fx-%.0fx); timings on a shared 2-core machine: noisy",
-             ratio, (peer - half) / gp_step, (peer + half) / gp_step)
-    print(f"result: ratio={ratio:.1f} peer_step_s={peer:.2f} groundplan_step_s={gp_step:.4f}")
+    ratio, lo, hi = log_interval(rows)
+    log.info("ratio (peer s/decision / groundplan s/decision): %.1fx, 95%% CI %.1f-%.1f over %d rounds "
+             "(geometric mean, t-interval on log ratios)", ratio, lo, hi, len(rows))
+    print(f"result: ratio={ratio:.3g} ratio_lo={lo:.3g} ratio_hi={hi:.3g} peer_cache=on")
 
 
 if __name__ == "__main__":
