@@ -1,4 +1,4 @@
-"""The Ray runtime at scale with a simulated GPU scorer (issue 14, item 3).
+"""The Ray runtime at scale with a simulated GPU scorer: how throughput grows with workers and scorer replicas.
 
 Real kitchen episode runners and the real coordinator (``run_sweep`` on Ray with ``lm_factory``) drive SayCan
 (kitchen value-function affordances, full scoring: one score request per decision) at 1, 8, 32 and 64

@@ -1,4 +1,5 @@
-"""bench_tabletop's measurement: workers behind one barrier, one shared window (issue 10, item 5)."""
+"""bench_tabletop's measurement: workers behind one barrier, one shared window, so the throughput it
+reports is of workers running together, not of each alone."""
 from __future__ import annotations
 
 import importlib.util

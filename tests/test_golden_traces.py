@@ -1,7 +1,8 @@
-"""Refactoring guard (issue 9): a fixed small sweep of each shipped config, with the real embedded model,
-gives the same chosen skills and the same scores (within 1e-5) as the traces recorded before the
-restructure (``tests/golden/expected_*.json``); the Ray path gives them too (within 1e-4: the scorer
-actor batches requests of several episodes and its prefix cache sees them in another order)."""
+"""Refactoring guard, since a restructure must not change what planners decide: a fixed small sweep of
+each shipped config, with the real embedded model, gives the same chosen skills and the same scores
+(within 1e-5) as the traces recorded before the restructure (``tests/golden/expected_*.json``); the Ray
+path gives them too (within 1e-4: the scorer actor batches requests of several episodes and its prefix
+cache sees them in another order)."""
 from __future__ import annotations
 
 import json

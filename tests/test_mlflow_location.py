@@ -1,5 +1,5 @@
 """MLflow all in one place: store and artifacts under <output_dir>/mlruns, nothing in the working
-directory, artifacts (traces, summary, frames, HTML report) readable through mlflow.artifacts (issue 10, item 2)."""
+directory, artifacts (traces, summary, frames, HTML report) readable through mlflow.artifacts."""
 from __future__ import annotations
 
 import json

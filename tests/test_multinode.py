@@ -1,6 +1,6 @@
-"""Multi-node, for real (issue 14): a Ray cluster on this machine with ``ray.cluster_utils.Cluster``
-(a head, a node with the ``scorer`` resource, two with ``sim``), driven through ``groundplan eval
---address``. The scorer lands on the scorer node, episode runners on sim nodes, and killing a sim node
+"""Multi-node, for real (a sweep must survive losing a node): a Ray cluster on this machine with
+``ray.cluster_utils.Cluster`` (a head, a node with the ``scorer`` resource, two with ``sim``), driven
+through ``groundplan eval --address``. The scorer lands on the scorer node, episode runners on sim nodes, and killing a sim node
 mid-sweep loses no episode. The model is a fake backend, so the test is quick."""
 from __future__ import annotations
 

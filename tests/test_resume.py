@@ -1,5 +1,5 @@
 """Resume never returns stale results: an episode's id carries a hash of everything that can change its
-outcome, so a rerun under a changed config runs the changed episodes (issue 10, item 1)."""
+outcome, so a rerun under a changed config runs the changed episodes."""
 from __future__ import annotations
 
 import dataclasses

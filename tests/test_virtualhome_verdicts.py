@@ -1,5 +1,6 @@
-"""VirtualHome judged like its simulator (issue 10, item 9): lines from the dataset's own programs,
-followed by steps that the old label-set check refused or that repeat an effect that already holds."""
+"""VirtualHome judged like its simulator (its preconditions, not a label list, decide a step): lines from
+the dataset's own programs, followed by steps that the old label-set check refused or that repeat an
+effect that already holds."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""The fixed small sweeps whose traces must not change under refactoring (issue 9's check).
+"""The fixed small sweeps whose traces must not change under refactoring (``tests/test_golden_traces.py``).
 
 One small sweep per shipped config, fixed seeds, the real embedded model, in-process. ``records`` reduces
 a trace to what a refactor must keep: the chosen skills, every candidate's score components, each step's
@@ -43,7 +43,7 @@ def sweep_config(name: str, output_dir: str) -> dict[str, Any]:
     data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     data.update(SWEEPS[name])
     data["output_dir"] = output_dir
-    # the recorded traces hold every option's score: SayCan's exact pruning (issue 14) leaves the
+    # the recorded traces hold every option's score: SayCan's exact pruning leaves the
     # decisions unchanged but scores fewer options, so the guard compares full scoring
     data["planners"] = [{**p, "options": {**p.get("options", {}), "prune": False}} if p["name"] == "saycan" else p
                         for p in data["planners"]]
