@@ -23,3 +23,21 @@ def ray_local():
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch):
+    """``load_benchmark("bench_x")`` imports ``benchmarks/bench_x.py`` as the module ``bench_x``, importable
+    by that name for the test's duration (spawned workers unpickle its functions by module name)."""
+    import importlib.util
+    import sys
+
+    def load(name: str):
+        monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -2,22 +2,12 @@
 line on loopback with a fake model (run under ``flock /tmp/gp-heavy.lock``: it starts Ray Serve)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "benchmarks" / "bench_serve.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_serve", module)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_serve")
 
 
 def test_requests_are_whole_kitchen_steps(bench):
@@ -37,6 +27,7 @@ def test_requests_are_whole_kitchen_steps(bench):
         bench.make_requests(1, 52, skills, instructions)
 
 
+@pytest.mark.slow  # starts Ray Serve (about a minute); the request shapes above are checked in every run
 def test_smallest_run_prints_the_result_line(bench, capsys):
     pytest.importorskip("ray.serve")
     from tests.fakes import slow_lm

@@ -2,25 +2,14 @@
 reports is of workers running together, not of each alone."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("pybullet")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    """The benchmark module, importable by name in the spawned workers (they unpickle its worker)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_tabletop", ROOT / "benchmarks" / "bench_tabletop.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_tabletop", module)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_tabletop")
 
 
 def test_two_workers_are_timed_over_one_window(bench):

@@ -1,7 +1,6 @@
 """bench_vs_peer: the colab peer's LLM_CACHE, and the smallest run's result line (fake model)."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import subprocess
@@ -16,12 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def bench(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_vs_peer", ROOT / "benchmarks" / "bench_vs_peer.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_vs_peer", module)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_vs_peer")
 
 
 def test_colab_cache_serves_a_repeated_call_without_the_model(bench):

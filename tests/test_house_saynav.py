@@ -186,16 +186,11 @@ def test_gymnasium_pointnav_env_passes_checker():
     assert term and "success" in info
 
 
-def test_saynav_table_pairs_planners_on_the_same_houses():
+def test_saynav_table_pairs_planners_on_the_same_houses(load_benchmark):
     """The README's SayNav comparisons: McNemar on SR and the paired SPL difference, on shared houses only."""
-    import importlib.util
-    from pathlib import Path
     from types import SimpleNamespace
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("saynav_table", root / "benchmarks" / "saynav_table.py")
-    table = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(table)
+    table = load_benchmark("saynav_table")
 
     def t(planner, house, sr, spl):
         return SimpleNamespace(planner=planner, task_id=f"h{house}", seed=0, metrics={"sr": sr, "spl": spl})

@@ -149,11 +149,10 @@ def _session_processes(sid: int) -> list:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig,to_group", [
-    (signal.SIGTERM, False),  # Docker, Kubernetes: the main process only
-    (signal.SIGTERM, True),   # systemd's default: every process of the unit, Ray's own included
-    (signal.SIGINT, True),    # Ctrl-C in a terminal: the foreground process group
+    pytest.param(signal.SIGTERM, False, marks=pytest.mark.slow),  # Docker, Kubernetes: the main process only
+    (signal.SIGTERM, True),   # systemd's default: every process of the unit, Ray's own included (the hardest case)
+    pytest.param(signal.SIGINT, True, marks=pytest.mark.slow),    # Ctrl-C in a terminal: the foreground process group
 ], ids=["sigterm", "sigterm-group", "sigint-group"])
 def test_serve_on_ray_stops_cleanly(tmp_path, sig, to_group):
     psutil = pytest.importorskip("psutil")
