@@ -62,7 +62,9 @@ def test_scorer_killed_with_requests_pending_is_restarted_and_they_are_answered(
     cfg = _cfg(tmp_path)
     # no score memo: seeds of a task ask for the same scores, and memo hits never reach the gated model,
     # so whether a request arrives at the closed gate would depend on which episodes are in flight
-    cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"memo_size": 0})})
+    # and twice the episodes in flight that the workers play: the hook blocks the driver, so episodes
+    # queued at the actors must still be there to send the request that reaches the closed gate
+    cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"memo_size": 0, "in_flight": 6})})
     killed, pids = [], []
 
     def kill_scorer_mid_request(trace, ctx):
