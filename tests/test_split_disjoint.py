@@ -58,18 +58,7 @@ def test_blocks_bowls_splits_share_no_task_with_train(config):
         return scene_text(t.start_state["bowls"], t.start_state["blocks"], {})
 
     c = BlocksBowlsConfig(**env_options(config))
-    train_tasks = split_tasks("train", c.train_size, c.train_size)
-    train = {seen(t, first_text(t)) for t in train_tasks}
-    test = split_tasks("test", c.test_size, c.train_size)
-    gen = split_tasks("test-generalize", c.generalize_size, c.train_size)
-    assert twins(train, test, first_text) == [] and twins(train, gen, first_text) == []
-    assert (len(test), len(gen)) == (c.test_size, c.generalize_size)
-    env = ENVS.get("blocks_bowls")(split="test", test_size=2, train_size=2)
-    try:
-        for t in (*train_tasks[:2], *test[:2]):
-            assert env.reset(t, 0).text == first_text(t)
-    finally:
-        env.close()
+    _check_tabletop_splits("blocks_bowls", c, lambda split, n: split_tasks(split, n, c.train_size), first_text)
 
 
 # ------------------------------------------------------------------------------------ Tower of Hanoi
@@ -83,13 +72,20 @@ def test_hanoi_splits_share_no_task_with_train(config):
         return describe(t.start_state["colours"], start_stacks(tuple(t.start_state["rods"])))
 
     c = HanoiConfig(**env_options(config))
-    train_tasks = split_tasks("train", c.train_size, c.train_size, c.tower_goal_prob)
+    _check_tabletop_splits("hanoi", c, lambda split, n: split_tasks(split, n, c.train_size, c.tower_goal_prob),
+                           first_text)
+
+
+def _check_tabletop_splits(env_name, c, draw, first_text):
+    """A PyBullet SayCanPay env's test and test-generalize splits keep their sizes and share no
+    model-visible signature with train, and ``first_text`` is the env's own first observation."""
+    train_tasks = draw("train", c.train_size)
     train = {seen(t, first_text(t)) for t in train_tasks}
-    test = split_tasks("test", c.test_size, c.train_size, c.tower_goal_prob)
-    gen = split_tasks("test-generalize", c.generalize_size, c.train_size, c.tower_goal_prob)
+    test = draw("test", c.test_size)
+    gen = draw("test-generalize", c.generalize_size)
     assert twins(train, test, first_text) == [] and twins(train, gen, first_text) == []
     assert (len(test), len(gen)) == (c.test_size, c.generalize_size)
-    env = ENVS.get("hanoi")(split="test", test_size=2, train_size=2)
+    env = ENVS.get(env_name)(split="test", test_size=2, train_size=2)
     try:
         for t in (*train_tasks[:2], *test[:2]):
             assert env.reset(t, 0).text == first_text(t)
