@@ -225,8 +225,7 @@ class SayCanPayPlanner(Planner):
     def oracles(self) -> tuple[str, ...]:
         """The config's (Perfect-Say reads the expert plan) and the grounding source's (e.g. the
         simulator's feasibility), each once."""
-        source = getattr(self.affordance, "oracle", None)
-        return tuple(dict.fromkeys([*self.config.oracles, *([source] if source else [])]))
+        return tuple(dict.fromkeys([*self.config.oracles, *super().oracles]))
 
     @property
     def max_steps(self) -> int:
