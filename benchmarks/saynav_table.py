@@ -8,7 +8,7 @@ Two modes:
       python benchmarks/saynav_table.py --houses 20 --perception gt --planners "SayNav (score)" "Explore (no LLM)"
 
 * ``--runs``: read the traces of finished ``groundplan eval`` runs (one folder per graph × navigator
-  combination, as the README's commands write them) and print one table per folder, followed by paired
+  combination, as the commands in docs/results-saynav.md write them) and print one table per folder, followed by paired
   comparisons of every planner against the no-LLM exploration on the same houses: SR by an exact
   McNemar test, SPL by the mean paired difference with its 95% interval and a normal-approximation
   p-value:

@@ -127,15 +127,24 @@ def whole_task_file(overrides: Sequence[str]) -> list[str]:
 
 
 def keep_planners(cfg: Any, labels: str) -> Any:
-    """The config with only the planners whose labels are listed (comma-separated), in the config's order;
-    an unknown label is refused with the config's labels."""
+    """The config with only the planners listed (comma-separated), in the config's order. A planner is
+    named by its table label (``display``, oracles appended) or by the ``label`` its config gives it, so
+    the label written in the config keeps working after the oracle suffix is added; an unknown or
+    ambiguous name is refused with the config's labels."""
     from groundplan.core.errors import InvalidInputError
 
     wanted = [x.strip() for x in labels.split(",") if x.strip()]
     known = [p.display for p in cfg.planners]
-    if unknown := [x for x in wanted if x not in known]:
-        raise InvalidInputError(f"--planners names {unknown} not in this config; its planners: {', '.join(known)}")
-    return cfg.model_copy(update={"planners": [p for p in cfg.planners if p.display in wanted]})
+
+    def matches(name: str) -> list[int]:
+        exact = [i for i, p in enumerate(cfg.planners) if p.display == name]
+        return exact or [i for i, p in enumerate(cfg.planners) if (p.label or p.name) == name]
+
+    if unknown := [x for x in wanted if len(matches(x)) != 1]:
+        raise InvalidInputError(f"--planners names {unknown} not in this config (or not one planner); "
+                                f"its planners: {', '.join(known)}")
+    keep = {i for x in wanted for i in matches(x)}
+    return cfg.model_copy(update={"planners": [p for i, p in enumerate(cfg.planners) if i in keep]})
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

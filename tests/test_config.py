@@ -140,3 +140,17 @@ def test_eval_planners_flag_keeps_the_named_planners_and_refuses_unknown_ones():
     assert [p.display for p in kept.planners] == ["Open loop", "+Scene"]  # the config's order
     with pytest.raises(InvalidInputError, match="'GPT-9'.*Open loop, \\+Success"):
         keep_planners(cfg, "Open loop,GPT-9")
+
+
+def test_eval_planners_flag_takes_the_config_label_of_an_oracle_row():
+    """The README's row-group commands name oracle rows by the label their config writes; the table
+    label has the oracle appended, and both must select the same one planner."""
+    from groundplan.cli import keep_planners
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "saycanpay_babyai.yaml")
+    by_label = keep_planners(cfg, "GA-SC,GA-SC (oracle Can),GA-SCP Perfect-Say (oracle)")
+    assert [p.display for p in by_label.planners] == [
+        "GA-SC", "GA-SC (oracle Can) (oracle simulator feasibility)",
+        "GA-SCP Perfect-Say (oracle) (oracle expert plan)"]
+    by_display = keep_planners(cfg, "GA-SC (oracle Can) (oracle simulator feasibility)")
+    assert [p.display for p in by_display.planners] == ["GA-SC (oracle Can) (oracle simulator feasibility)"]
