@@ -35,7 +35,45 @@ SWEEPS: dict[str, dict[str, Any]] = {
              "options": {"prompt": "saycan_virtualhome", "max_options": 30}},
         ],
     },
+    # Greedy-Action and Beam-Action with learned Can/Pay (seeded heads on the embedded MiniLM: a fixed
+    # model, not a trained one, since the guard is about the planner's decisions, not the model's quality)
+    "saycanpay_babyai": {
+        "tasks": {"families": ["pickup"], "per_family": 1}, "seeds": [0], "max_steps": 4,
+        "planners": [
+            {"name": "saycanpay", "label": "GA-SCP", "affordance": "saycanpay_learned",
+             "options": {"prompt": "saycanpay_babyai", "done_skill": "done picking up", "decoding": "greedy_action",
+                         "score": "saycanpay"}},
+            {"name": "saycanpay", "label": "BA-SCP", "affordance": "saycanpay_learned",
+             "options": {"prompt": "saycanpay_babyai", "done_skill": "done picking up", "decoding": "beam_action",
+                         "score": "saycanpay"}},
+        ],
+    },
+    "saynav_house": {
+        "tasks": {"per_family": 1}, "seeds": [0], "max_steps": 40,
+        "planners": [
+            {"name": "saynav", "label": "SayNav (score)", "options": {"plan_mode": "score"}},
+            {"name": "house_explore", "label": "Explore (no LLM)"},
+        ],
+    },
 }
+
+
+def canpay_models(folder: Path) -> dict[str, str]:
+    """A Can and a Pay model with seeded heads on the embedded all-MiniLM-L6-v2, saved under ``folder``
+    (built once; the same seed gives the same weights on every run of the same torch)."""
+    import torch
+
+    from groundplan.grounding.saycanpay import CanPayModel
+    from groundplan.grounding.saycanpay_config import CanPayModelConfig
+
+    out = {}
+    for seed, kind in enumerate(("can", "pay")):
+        target = folder / kind
+        if not (target / "canpay.json").exists():
+            torch.manual_seed(seed)
+            CanPayModel(CanPayModelConfig(kind=kind, encoder="all-minilm-l6-v2", max_length=160)).save(target)
+        out[f"{kind}_model"] = str(target)
+    return out
 
 
 def sweep_config(name: str, output_dir: str) -> dict[str, Any]:
@@ -43,6 +81,9 @@ def sweep_config(name: str, output_dir: str) -> dict[str, Any]:
     data = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
     data.update(SWEEPS[name])
     data["output_dir"] = output_dir
+    if name == "saycanpay_babyai":
+        models = canpay_models(Path(output_dir) / "canpay_models")
+        data["planners"] = [{**p, "affordance_options": models} for p in data["planners"]]
     # the recorded traces hold every option's score: SayCan's exact pruning leaves the
     # decisions unchanged but scores fewer options, so the guard compares full scoring
     data["planners"] = [{**p, "options": {**p.get("options", {}), "prune": False}} if p["name"] == "saycan" else p
