@@ -12,12 +12,8 @@ from groundplan.core.measures import MEASURES  # noqa: E402
 from groundplan.envs import ENVS  # noqa: E402
 from groundplan.envs.virtualhome import dataset  # noqa: E402
 from groundplan.envs.virtualhome.actions import ParseError, Step  # noqa: E402
-from groundplan.envs.virtualhome.env import (  # noqa: E402
-    VirtualHomeEnv,
-    goals_met_at_start,
-    normalised_lcs,
-    scene_action_space,
-)
+from groundplan.envs.virtualhome.env import VirtualHomeEnv, normalised_lcs  # noqa: E402
+from groundplan.envs.virtualhome.scene import goals_met_at_start, scene_action_space  # noqa: E402
 from groundplan.grounding import AFFORDANCES  # noqa: E402
 from groundplan.grounding.virtualhome import PreconditionAffordance  # noqa: E402
 from groundplan.rollout.traces import EpisodeTrace, StepTrace  # noqa: E402

@@ -9,7 +9,8 @@ pytest.importorskip("virtualhome_eval")
 
 from groundplan.envs.virtualhome import dataset
 from groundplan.envs.virtualhome.actions import ParseError
-from groundplan.envs.virtualhome.env import VirtualHomeEnv, scene_action_space
+from groundplan.envs.virtualhome.env import VirtualHomeEnv
+from groundplan.envs.virtualhome.scene import scene_action_space
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from groundplan.core.types import Observation
 from groundplan.core.validation import validate_options
-from groundplan.envs.tabletop.env import DONE, parse_skill
+from groundplan.envs.tabletop.skills import DONE, parse_skill
 from groundplan.envs.tabletop.world import LOCATIONS
 from groundplan.grounding.base import Affordance
 

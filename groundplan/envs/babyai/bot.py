@@ -15,7 +15,8 @@ import io
 
 from groundplan.core.types import Observation, Task
 from groundplan.envs.babyai import grid as G
-from groundplan.envs.babyai.env import DONE, BabyAIEnv
+from groundplan.envs.babyai.env import BabyAIEnv
+from groundplan.envs.babyai.rules import DONE
 from groundplan.envs.babyai.levels import make_level
 from groundplan.envs.babyai.oracle import next_action
 

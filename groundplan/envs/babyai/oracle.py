@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from groundplan.envs.babyai import grid as G
-from groundplan.envs.babyai.env import DONE
+from groundplan.envs.babyai.rules import DONE
 
 MAX_DEPTH = 4
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundplan.core.errors import GroundplanError, InvalidInputError
+from groundplan.core.errors import GroundplanError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
@@ -42,14 +42,11 @@ from groundplan.envs.kitchen.tasks import evaluate_goal, tasks_for
 from groundplan.envs.kitchen.world import (
     GRIPPER,
     LOCATION_BY_NAME,
-    LOCATION_NAMES,
-    OBJECT_BY_NAME,
-    OBJECT_NAMES,
-    SURFACES,
     TRASH,
     USER,
     KitchenState,
     describe,
+    initial_state,
     simulated_pick_value,
 )
 
@@ -83,35 +80,6 @@ class KitchenConfig(BaseModel):
 def make_config(options: Mapping[str, Any]) -> KitchenConfig:
     """Validate options into a :class:`KitchenConfig`; errors name the offending field."""
     return validate_options(KitchenConfig, options, "kitchen options")
-
-
-def initial_state(task: Task, seed: int, robot_start: str = "user") -> KitchenState:
-    """The start state of (task, seed): objects scattered over the counters and table from the seed,
-    then the task's ``start_state`` pins (robot location, held object, object placements)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}")
-    rng = np.random.default_rng([int(seed), 0])
-    placement = {o: SURFACES[int(i)] for o, i in zip(OBJECT_NAMES, rng.integers(len(SURFACES), size=len(OBJECT_NAMES)))}
-    robot = LOCATION_NAMES[int(rng.integers(len(LOCATION_NAMES)))] if robot_start == "random" else USER
-    pins = dict(task.start_state or {})
-    unknown = set(pins) - {"robot", "holding", "placement"}
-    if unknown:
-        raise InvalidInputError(f"task {task.task_id}: unknown start_state key(s) {sorted(unknown)}; "
-                                "valid: robot, holding, placement")
-    for obj, loc in dict(pins.get("placement") or {}).items():
-        if obj not in OBJECT_BY_NAME or loc not in LOCATION_BY_NAME:
-            raise InvalidInputError(f"task {task.task_id}: bad start placement {obj!r} → {loc!r} "
-                                    "(objects must be kitchen objects, places kitchen locations; use 'holding')")
-        placement[obj] = loc
-    if "robot" in pins:
-        if pins["robot"] not in LOCATION_BY_NAME:
-            raise InvalidInputError(f"task {task.task_id}: unknown robot start {pins['robot']!r}")
-        robot = pins["robot"]
-    if pins.get("holding") is not None:
-        if pins["holding"] not in OBJECT_BY_NAME:
-            raise InvalidInputError(f"task {task.task_id}: unknown held object {pins['holding']!r}")
-        placement[pins["holding"]] = GRIPPER
-    return KitchenState(robot=robot, placement=placement)
 
 
 def _where(state: KitchenState, obj: str) -> str:

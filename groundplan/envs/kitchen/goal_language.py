@@ -19,7 +19,7 @@ from groundplan.core.types import Task
 from groundplan.envs.base import TaskSpecError
 from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.envs.kitchen.tasks import Clause, Goal, Predicate, validate_goal
-from groundplan.envs.kitchen.world import CATEGORIES, LOCATION_NAMES, OBJECT_NAMES
+from groundplan.envs.kitchen.world import CATEGORIES, LOCATION_NAMES, OBJECT_NAMES, initial_state
 
 #: predicate kind → its argument names (for messages and docs)
 PREDICATE_ARGS: dict[str, tuple[str, ...]] = {
@@ -102,7 +102,6 @@ def parse_start_state(data: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(data, Mapping):
         raise TaskSpecError("a kitchen start_state is a mapping with robot, holding and placement")
-    from groundplan.envs.kitchen.env import initial_state
 
     state = dict(data)
     try:

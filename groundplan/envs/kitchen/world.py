@@ -14,6 +14,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Task
+
 #: placement of an object that is in the robot's gripper
 GRIPPER = "gripper"
 TRASH = "trash can"
@@ -182,3 +187,32 @@ def describe(state: KitchenState) -> str:
         if objs:
             parts.append(f"{loc.phrase.capitalize()}: {', '.join(objs)}.")
     return " ".join(parts)
+
+
+def initial_state(task: Task, seed: int, robot_start: str = "user") -> KitchenState:
+    """The start state of (task, seed): objects scattered over the counters and table from the seed,
+    then the task's ``start_state`` pins (robot location, held object, object placements)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InvalidInputError(f"seed must be a non-negative integer, got {seed!r}")
+    rng = np.random.default_rng([int(seed), 0])
+    placement = {o: SURFACES[int(i)] for o, i in zip(OBJECT_NAMES, rng.integers(len(SURFACES), size=len(OBJECT_NAMES)))}
+    robot = LOCATION_NAMES[int(rng.integers(len(LOCATION_NAMES)))] if robot_start == "random" else USER
+    pins = dict(task.start_state or {})
+    unknown = set(pins) - {"robot", "holding", "placement"}
+    if unknown:
+        raise InvalidInputError(f"task {task.task_id}: unknown start_state key(s) {sorted(unknown)}; "
+                                "valid: robot, holding, placement")
+    for obj, loc in dict(pins.get("placement") or {}).items():
+        if obj not in OBJECT_BY_NAME or loc not in LOCATION_BY_NAME:
+            raise InvalidInputError(f"task {task.task_id}: bad start placement {obj!r} → {loc!r} "
+                                    "(objects must be kitchen objects, places kitchen locations; use 'holding')")
+        placement[obj] = loc
+    if "robot" in pins:
+        if pins["robot"] not in LOCATION_BY_NAME:
+            raise InvalidInputError(f"task {task.task_id}: unknown robot start {pins['robot']!r}")
+        robot = pins["robot"]
+    if pins.get("holding") is not None:
+        if pins["holding"] not in OBJECT_BY_NAME:
+            raise InvalidInputError(f"task {task.task_id}: unknown held object {pins['holding']!r}")
+        placement[pins["holding"]] = GRIPPER
+    return KitchenState(robot=robot, placement=placement)

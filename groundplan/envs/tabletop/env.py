@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
@@ -32,6 +31,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.tabletop.skills import DONE, parse_skill, skill_label
 from groundplan.envs.tabletop.tasks import (
     FAMILIES,
     Geometry,
@@ -55,21 +55,7 @@ from groundplan.perception.success_detector import SUCCESS_RADIUS, detect_succes
 
 logger = logging.getLogger(__name__)
 
-DONE = "done"
-_SKILL = re.compile(r"^\s*pick (?:up )?the (\w+ block) and place it (?:on|in|into|onto) (?:top of )?the (.+?)\s*\.?\s*$",
-                    re.IGNORECASE)
 VOCABULARY: tuple[str, ...] = tuple(block_name(c) for c in COLOUR_NAMES) + tuple(bowl_name(c) for c in COLOUR_NAMES)
-
-
-def skill_label(obj: str, target: str) -> str:
-    return f"pick the {obj} and place it on the {target}"
-
-
-def parse_skill(label: str) -> tuple[str, str] | None:
-    """``"pick the red block and place it on the blue bowl"`` → ``("red block", "blue bowl")``; also
-    accepts "pick up", "in/into/onto", capitals and a final period."""
-    m = _SKILL.match(label)
-    return (m.group(1).lower(), m.group(2).lower()) if m else None
 
 
 class TabletopConfig(BaseModel):

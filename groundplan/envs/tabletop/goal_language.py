@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from groundplan.envs.base import TaskSpecError
+from groundplan.envs.tabletop.skills import DONE, parse_skill, skill_label
 from groundplan.envs.tabletop.tasks import FAMILIES, reference_subgoals
 from groundplan.envs.tabletop.world import (
     COLOUR_NAMES,
@@ -159,7 +160,6 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None) -> dict[str, An
 
 def parse_reference_plan(steps: Any, start_state: Mapping[str, Any] | None) -> tuple[str, ...]:
     """``pick the <block> and place it on the <block, bowl or location>`` labels, and ``done``."""
-    from groundplan.envs.tabletop.env import DONE, parse_skill, skill_label
 
     if not isinstance(steps, (list, tuple)):
         raise TaskSpecError("reference_plan must be a list of skill labels")

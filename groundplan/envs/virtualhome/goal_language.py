@@ -23,6 +23,7 @@ from typing import Any
 from groundplan.envs.base import TaskSpecError
 from groundplan.envs.virtualhome import dataset
 from groundplan.envs.virtualhome.actions import TEMPLATES, ParseError
+from groundplan.envs.virtualhome.scene import scene_action_space
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,7 +124,6 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None) -> dict[str, An
 def parse_reference_plan(steps: Any) -> tuple[str, ...]:
     """Steps as labels (``walk to bedroom``) or script lines (``[WALK] <bedroom> (1)``); any step the
     simulator could be asked to run (:meth:`ActionSpace.parse` with ``strict=False``)."""
-    from groundplan.envs.virtualhome.env import scene_action_space
 
     if not isinstance(steps, (list, tuple)):
         raise TaskSpecError("reference_plan must be a list of steps")
