@@ -30,13 +30,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _plan_llm(args: argparse.Namespace) -> Any:
+    """``plan``'s LLM spec: ``--backend``/``--model`` with ``--set llm.<field>=value`` overrides (e.g.
+    ``--set llm.backend=openai --set llm.options.base_url=http://host:8000/v1``), validated like a config's."""
+    from pydantic import ValidationError
+
+    from groundplan.config import LLMSpec, apply_overrides
+    from groundplan.core.validation import describe_errors
+
+    sets = list(args.set or [])
+    if bad := [s for s in sets if not s.split("=", 1)[0].strip().startswith("llm.")]:
+        raise InvalidInputError(f"plan --set takes llm.* overrides (llm.backend, llm.model, llm.options.<name>), got {bad}")
+    data = apply_overrides({"llm": {"backend": args.backend, "model": args.model, "options": {}}}, sets)
+    try:
+        return LLMSpec.model_validate(data["llm"])
+    except ValidationError as e:
+        raise InvalidInputError(f"invalid llm: {describe_errors(e)}") from None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
-    from groundplan.config import PlannerSpec
+    from groundplan.config import PlannerSpec, check_llm_needs
     from groundplan.core.types import Task
     from groundplan.core.validation import validate_instruction
     from groundplan.envs import ENVS
-    from groundplan.factory import make_planner
-    from groundplan.llm import load_llm
+    from groundplan.factory import make_llm, make_planner
     from groundplan.rollout.episode import run_episode
 
     instruction = validate_instruction(args.instruction)
@@ -51,10 +68,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # the charts show every option's scores, so SayCan's exact pruning (on in eval) is off here
     options = {"prune": False} if args.planner in ("saycan", "saycan_novf") else {}
     spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None, options=options)
-    lm = load_llm(args.backend, model=args.model)
+    llm = _plan_llm(args)
+    try:
+        check_llm_needs(llm, [spec])
+    except ValueError as e:
+        raise InvalidInputError(str(e)) from None
+    lm = make_llm(llm)
     planner = make_planner(spec, lm, args.max_steps)
     task = Task(task_id="cli", instruction=instruction, family="cli", goal=None)
-    trace = run_episode(planner, env, task, args.seed, max_steps=args.max_steps, llm_name=args.model)
+    trace = run_episode(planner, env, task, args.seed, max_steps=args.max_steps, llm_name=llm.model)
     for step in trace.steps:
         table = Table(title=f"step {step.index + 1}: {step.chosen}" + ("" if step.done else f"  [{'ok' if step.success else 'failed'}]"),
                       title_justify="left")
@@ -187,6 +209,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       "used (--fresh discards them)[/yellow]")
     if result.stats.get("mlflow_run_id"):
         console.print(f"MLflow run: {result.stats['mlflow_run_id']}")
+    if result.stats.get("mlflow_error"):  # the results are on disk; the logged error line says how to log them
+        return 3
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    import mlflow
+
+    from groundplan.pipelines.sweep import log_run_folder
+
+    run_id = log_run_folder(args.run, tracking_uri=args.tracking_uri)
+    console.print(f"MLflow run: {run_id} in {mlflow.get_tracking_uri()}", markup=False)
     return 0
 
 
@@ -337,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=20)
     p.add_argument("--top", type=_positive_int, default=5, help="options shown per step")
     p.add_argument("--chart", default=None, help="write a PNG bar chart of the scores (SayCan Fig. 7)")
+    p.add_argument("--set", action="append", default=[], metavar="llm.KEY=VALUE",
+                   help="override the LLM (values are YAML): llm.backend, llm.model, llm.options.<name>")
     p.set_defaults(func=cmd_plan)
 
     e = sub.add_parser("eval", help="run an evaluation config and print the per-family table")
@@ -366,8 +402,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="custom Ray resource each scorer needs, e.g. scorer=1 (GPU nodes)")
     g.add_argument("--worker-resource", action="append", default=[], metavar="NAME=AMOUNT",
                    help="custom Ray resource each episode runner needs, e.g. sim=1 (CPU nodes)")
-    g.add_argument("--no-mlflow", action="store_true", help="do not log the sweep to MLflow")
+    g.add_argument("--no-mlflow", action="store_true",
+                   help="do not log the sweep to MLflow (no tracking server needed; `groundplan log` can log it later)")
     e.set_defaults(func=cmd_eval)
+
+    lg = sub.add_parser("log", help="log a finished sweep's run folder to MLflow (after --no-mlflow, or when the "
+                        "tracking server was down at the sweep's end)")
+    lg.add_argument("run", help="a run folder, e.g. outputs/saycan_kitchen")
+    lg.add_argument("--tracking-uri", default=None,
+                    help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else SQLite under <run folder>/../mlruns)")
+    lg.set_defaults(func=cmd_log)
 
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")

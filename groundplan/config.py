@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Sequence, TypeVar
 
 import yaml
 from pydantic import (
@@ -44,6 +44,28 @@ def _typed_options(registry: Any, name: str, options: dict[str, Any], where: str
     except ValidationError as e:
         raise ValueError(f"{where}: {describe_errors(e)}. Valid options: {', '.join(cls.model_fields)}") from None
     return options
+
+
+def check_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
+    """Refuse planners that need what the LLM backend declares it cannot do (``PlannerOptions.llm_needs``
+    against the backend options' ``capabilities``), e.g. SayCan's option scoring on a chat-completions
+    server; raises ValueError naming the planner, the need and the backend. A backend that declares
+    nothing is not checked."""
+    from groundplan.llm import backend_capabilities
+    from groundplan.planners import PLANNERS
+
+    caps = backend_capabilities(llm.backend, llm.options)
+    if caps is None:
+        return
+    for p in planners:
+        for variant in p.variants():
+            missing = caps.missing(PLANNERS.config_class(p.name).model_validate(variant.options).llm_needs)
+            if missing:
+                mode = f" in mode '{llm.options['mode']}'" if "mode" in llm.options else ""
+                raise ValueError(f"planner '{variant.display}' needs LLM capability {', '.join(missing)}, which llm "
+                                 f"backend '{llm.backend}'{mode} does not have; use a backend that has it ('hf' has "
+                                 "all; 'openai' in mode 'completions' scores and generates, in mode 'chat' only "
+                                 "generates)")
 
 
 class EnvSpec(_Strict):
@@ -215,6 +237,7 @@ class EvalConfig(_Strict):
         labels = [p.display for p in self.planners]
         if len(set(labels)) != len(labels):
             raise ValueError(f"planner labels must be unique, got {labels}")
+        check_llm_needs(self.llm, self.planners)
         from groundplan.envs import ENVS
 
         available = ["execution_success", "plan_success", *ENVS.get(self.env.name).capabilities.measures]

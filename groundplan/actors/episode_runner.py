@@ -24,11 +24,8 @@ from typing import Any
 
 from groundplan.actors.remote import RemoteLM
 from groundplan.config import EnvSpec
+from groundplan.core.errors import InfrastructureError
 from groundplan.rollout.runner import EpisodeResult, EpisodeRunner, EpisodeSpec
-
-
-class InfrastructureError(RuntimeError):
-    """An actor the episode depended on died; the episode must be rerun, not recorded."""
 
 
 class RunnerActor:

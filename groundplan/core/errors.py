@@ -23,3 +23,9 @@ class MissingModelError(GroundplanError, RuntimeError):
 
 class MissingDependencyError(GroundplanError, ImportError):
     """A plugin's optional dependency is not installed; the message says which extra installs it."""
+
+
+class InfrastructureError(GroundplanError, RuntimeError):
+    """Something an episode depended on failed for good: an actor died, or an LLM server still failed
+    after its retries. It says nothing about the planner, so an episode records it as an
+    infrastructure failure (``EpisodeTrace.infrastructure_failure``), never as the planner's."""

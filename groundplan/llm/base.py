@@ -40,6 +40,59 @@ ScoreRequest = tuple[str, Sequence[str]]
 
 
 @dataclass(frozen=True)
+class LLMCapabilities:
+    """What a backend can do, declared by its typed options (``capabilities``), never probed.
+
+    A config whose planner needs something its backend lacks (SayCan's option scoring on a
+    chat-completions-only server, say) is refused when it loads, before anything is built
+    (:func:`missing`); ``prompt_logprobs`` is what ``groundplan serve``'s ``/v1/completions`` needs
+    for ``echo`` with ``logprobs`` (:class:`SupportsPromptLogprobs`)."""
+
+    score: bool = True
+    generate: bool = True
+    beam_search: bool = False
+    prompt_logprobs: bool = False
+
+    def missing(self, needs: Sequence[str]) -> list[str]:
+        """The capabilities in ``needs`` (field names) that this backend does not have."""
+        unknown = [n for n in needs if n not in LLM_CAPABILITIES]
+        if unknown:
+            raise ValueError(f"unknown LLM capabilities {unknown}; known: {', '.join(LLM_CAPABILITIES)}")
+        return [n for n in needs if not getattr(self, n)]
+
+
+#: the names a planner may list in ``PlannerOptions.llm_needs``
+LLM_CAPABILITIES = ("score", "generate", "beam_search", "prompt_logprobs")
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """Every token of a text with its log-probability given the tokens before it: what an
+    OpenAI-style completions server returns for ``echo`` with ``logprobs`` (the way SayCan's public
+    demo scored options with GPT-3). ``logprobs[0]`` is None (nothing conditions the first token);
+    ``top[j]`` holds the most likely tokens at position j with their log-probs (empty at 0)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]  # each token's text, decoded alone
+    offsets: tuple[int, ...]  # character offset of each token in ``text``
+    logprobs: tuple[float | None, ...]
+    top: tuple[tuple[tuple[str, float], ...], ...]
+
+
+@runtime_checkable
+class SupportsPromptLogprobs(Protocol):
+    """A backend that declares ``prompt_logprobs``: per-token log-probs of whole prompts (text or token
+    ids), and token counts."""
+
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+        ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        ...
+
+
+@dataclass(frozen=True)
 class GenerationParams:
     """How to decode: every backend, actor and fake takes this one object, so the decoding options are
     written once. Invalid values raise :class:`~groundplan.core.errors.InvalidInputError` on creation.

@@ -20,6 +20,16 @@ batches and keeps the faster per device (``batched_forward_chosen``).
 Tokenisation at the boundary: an option's tokens are those it gets inside ``prompt + option``,
 i.e. every token of the joint encoding whose character span ends past the prompt (a leading space
 or a merge across the boundary included), conditioned on the joint encoding's own prompt tokens.
+
+Prompt log-probs (``prompt_logprobs``: every token of a text with its log-prob, what an OpenAI-style
+server returns for ``echo`` with ``logprobs``, SayCan's scoring pattern over HTTP) take the same path:
+texts that share a token prefix are one request whose context is that prefix (prefix-cached) and whose
+options are the rest of each text, packed after it. The context's own positions need their log-probs
+too, which plain key/values cannot give, so a context computed this way is cached as a
+:class:`_ScoredEntry` that also keeps each position's log-prob and top tokens (in a prefix cache of its
+own, ``scored_cache``, with the same byte budget, so plain entries never shadow them); since position j's
+log-probs depend only on tokens 0..j, a later text sharing m tokens with it reuses them up to m, as it
+reuses the key/values, and pays only for its new tokens.
 """
 from __future__ import annotations
 
@@ -28,7 +38,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -36,10 +46,10 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from groundplan.core.errors import InvalidInputError
-from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
+from groundplan.llm.base import Generation, GenerationParams, OptionScore, PromptLogprobs, ScoreRequest
 from groundplan.llm.embeddings import SentenceEmbedder
 from groundplan.llm.loading import DEFAULT_EMBEDDER, DEFAULT_LLM, load_causal_lm
-from groundplan.llm.prefix_cache import CacheEntry, PrefixCache
+from groundplan.llm.prefix_cache import CacheEntry, PrefixCache, common_prefix_len
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +64,7 @@ class EngineStats:
     logit_positions: int = 0  # positions at which vocabulary logits were computed
     padded_batches: int = 0  # score_batch calls served by one padded multi-request forward
     beam_searches: int = 0  # beam_candidates calls
+    prompt_logprob_texts: int = 0  # texts given per-token log-probs (prompt_logprobs)
     beam_memo_hits: int = 0  # of which answered from the beam memo
 
 
@@ -94,6 +105,31 @@ class _BufferLayer(DynamicLayer):
 
     def get_max_length(self) -> int:
         return -1
+
+
+#: most alternatives per position ``prompt_logprobs`` returns (the OpenAI API's limit for ``logprobs``)
+TOP_LOGPROBS = 5
+#: positions whose vocabulary logits are computed at once when a context needs all of them
+_LOGIT_CHUNK = 256
+#: tokens of a text that must agree for ``prompt_logprobs`` to score it with others as one request
+_GROUP_KEY = 32
+#: context tokens ``prompt_logprobs`` may pack again per text to reuse a cached context exactly
+_PACK_SLACK = 32
+
+
+@dataclass
+class _ScoredEntry(CacheEntry):
+    """A prefix-cache entry that also holds, at every position j >= 1, log p(token j | tokens < j) and the
+    ``TOP_LOGPROBS`` most likely tokens there (ids and log-probs); position 0 is unused. Kept in the
+    engine's ``scored_cache`` for ``_context_positions``."""
+
+    token_lp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    top_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, TOP_LOGPROBS), dtype=np.int64))
+    top_lp: np.ndarray = field(default_factory=lambda: np.zeros((0, TOP_LOGPROBS), dtype=np.float32))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.nbytes += self.token_lp.nbytes + self.top_ids.nbytes + self.top_lp.nbytes
 
 
 def _grow(buf: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
@@ -170,11 +206,13 @@ class HFLanguageModel:
         self.tokenizer = loaded.tokenizer
         self.device = self.model.get_input_embeddings().weight.device
         self.cache = PrefixCache(int(prefix_cache_mb) << 20)
+        self.scored_cache = PrefixCache(int(prefix_cache_mb) << 20)  # _ScoredEntry only (prompt_logprobs)
         self.max_pack_tokens = int(max_pack_tokens)
         self.stats = EngineStats()
         self._embedder = SentenceEmbedder(embedder)
         self._lock = threading.RLock()
         self._bool_mask = self.model.config._attn_implementation == "sdpa"
+        _add_sliding_window(self.model, self._head())
         self._special = set(self.tokenizer.all_special_ids)
         self._eos = {i for i in [self.tokenizer.eos_token_id] if i is not None}
         self.batched_forward = batched_forward
@@ -184,6 +222,7 @@ class HFLanguageModel:
         self._trial_s: dict[str, list[float]] = {"padded": [], "loop": []}
         self.beam_memo_size = int(beam_memo_size)
         self._beam_memo: OrderedDict[bytes, list] = OrderedDict()
+        self._token_texts: dict[int, str] = {}
 
     @property
     def num_parameters(self) -> int:
@@ -326,8 +365,20 @@ class HFLanguageModel:
 
     def _score_packed(self, pr: _Prepared) -> list[list[float]]:
         """Token log-probs of one request's options: packed after its context, one forward per chunk."""
+        return self._packed(pr)[0]
+
+    def _packed(self, pr: _Prepared, top_k: int = 0) -> tuple[list[list[float]], list[list[tuple[np.ndarray, np.ndarray]]]]:
+        """:meth:`_score_packed`, and with ``top_k`` > 0 also the ``top_k`` most likely tokens (ids,
+        log-probs) at every scored position of every option."""
         plans, kv, past_len = pr.plans, pr.kv, pr.past_len
         token_lps = self._first_token_lps(pr)
+        tops: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in plans]
+        if top_k:
+            first_v, first_i = pr.last.topk(top_k)
+            first = (first_i.cpu().numpy(), first_v.float().cpu().numpy())
+            for p, t in zip(plans, tops):
+                if p.scored_from == 0:
+                    t.append(first)
         for chunk in self._chunks(plans):
             ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
             start = 0
@@ -358,9 +409,14 @@ class HFLanguageModel:
                 picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
                 for owner, value in zip(owners, picked):
                     token_lps[owner].append(value)
+                if top_k:
+                    tv, ti = lp.topk(top_k, dim=-1)
+                    tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
+                    for row, owner in enumerate(owners):
+                        tops[owner].append((ti[row], tv[row]))
                 self.stats.forward_tokens += len(seg_arr)
                 self.stats.logit_positions += len(keep)
-        return token_lps
+        return token_lps, tops
 
     def _head(self) -> tuple[torch.nn.Module, torch.nn.Module] | None:
         """(decoder body, LM head) for computing logits at chosen (row, position) pairs only."""
@@ -508,6 +564,162 @@ class HFLanguageModel:
                 results.append(_option_score(opt, lp[first - 1 : len(full) - 1].gather(1, tgt.unsqueeze(1)).squeeze(1).tolist()))
         return results
 
+    # ------------------------------------------------------------------ prompt log-probs
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """How many tokens each text encodes to (special tokens the tokenizer adds included)."""
+        return [len(self._encode(t)) for t in texts]
+
+    def _token_text(self, token_id: int) -> str:
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    def _prompt_tokens(self, prompt: str | Sequence[int]) -> tuple[str, np.ndarray, list[int]]:
+        """(text, token ids, each token's character offset in the text) of a text or of token ids."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("a prompt is empty")
+            enc = self.tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+            ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+            while len(ids) > 1 and ids[-1] in self._special and offs[-1] == (0, 0):  # an appended EOS, as in _split
+                ids, offs = ids[:-1], offs[:-1]
+            return prompt, np.asarray(ids, dtype=np.int64), [int(o[0]) for o in offs]
+        ids = [int(i) for i in prompt]
+        if not ids:
+            raise InvalidInputError("a prompt is an empty list of token ids")
+        vocab = len(self.tokenizer)
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise InvalidInputError(f"token id {bad[0]} is not in this model's vocabulary (0..{vocab - 1})")
+        text = self.tokenizer.decode(ids)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        if list(enc["input_ids"]) == ids:
+            offsets = [int(o[0]) for o in enc["offset_mapping"]]
+        else:  # ids the tokenizer would not produce for this text: offsets by the tokens' own texts
+            offsets = list(np.minimum(np.cumsum([0] + [len(self._token_text(i)) for i in ids[:-1]]), len(text)))
+        return text, np.asarray(ids, dtype=np.int64), [int(o) for o in offsets]
+
+    def _context_positions(self, ctx: np.ndarray) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor,
+                                                           np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_context` that also returns each context position's log-prob and top tokens (arrays
+        indexed by position; 0 unused), reusing a :class:`_ScoredEntry`'s up to the shared prefix: only
+        the positions after it (and the one before, whose logits predict the first new token) run."""
+        c = len(ctx)
+        entry, m = self.scored_cache.lookup(ctx)
+        scored = isinstance(entry, _ScoredEntry)
+        if scored and m == c == len(entry):
+            return entry.kv, entry.last_logits, entry.token_lp, entry.top_ids, entry.top_lp
+        start = max(min(m, c) - 1, 0) if scored else 0
+        kv = self._empty_buffers(c + self.max_pack_tokens)
+        token_lp = np.zeros(c, dtype=np.float32)
+        top_ids = np.zeros((c, TOP_LOGPROBS), dtype=np.int64)
+        top_lp = np.zeros((c, TOP_LOGPROBS), dtype=np.float32)
+        if start > 0:
+            for (k, v), (ek, ev) in zip(kv, entry.kv):
+                k[:, :, :start] = ek[:, :, :start]
+                v[:, :, :start] = ev[:, :, :start]
+            token_lp[:start + 1] = entry.token_lp[:start + 1]
+            top_ids[:start + 1] = entry.top_ids[:start + 1]
+            top_lp[:start + 1] = entry.top_lp[:start + 1]
+        ids = torch.as_tensor(ctx[start:], device=self.device).unsqueeze(0)
+        positions = torch.arange(start, c, device=self.device).unsqueeze(0)
+        cache = self._new_cache(kv, start)
+        parts = self._head()
+        if parts is not None:
+            body, head = parts
+            hidden = body(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        else:
+            logits_all = self.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True).logits[0]
+        last = None
+        for a in range(0, c - start, _LOGIT_CHUNK):
+            b = min(a + _LOGIT_CHUNK, c - start)
+            if parts is not None:
+                logits = head(hidden[a:b]).float()
+                cap = getattr(self.model.config, "final_logit_softcapping", None)
+                if cap:
+                    logits = torch.tanh(logits / cap) * cap
+            else:
+                logits = logits_all[a:b].float()
+            if b == c - start:
+                last = logits[-1].clone()
+            rows = b - a if b < c - start else b - a - 1  # the last position predicts the token after the context
+            if rows <= 0:
+                continue
+            lp = torch.log_softmax(logits[:rows], dim=-1)
+            targets = torch.as_tensor(ctx[start + a + 1:start + a + 1 + rows], device=lp.device)
+            where = slice(start + a + 1, start + a + 1 + rows)
+            token_lp[where] = lp.gather(1, targets.unsqueeze(1)).squeeze(1).cpu().numpy()
+            tv, ti = lp.topk(TOP_LOGPROBS, dim=-1)
+            top_ids[where], top_lp[where] = ti.cpu().numpy(), tv.cpu().numpy()
+        self.stats.forward_tokens += c - start
+        self.stats.logit_positions += c - start
+        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+        self.scored_cache.insert(_ScoredEntry(tokens=np.array(ctx), kv=kv, last_logits=last, token_lp=token_lp,
+                                              top_ids=top_ids, top_lp=top_lp))
+        return kv, last, token_lp, top_ids, top_lp
+
+    @torch.inference_mode()
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+        """Every token of each prompt (a text, or token ids) with its log-prob given the tokens before it
+        (None for the first) and the ``top_k`` most likely tokens at each position: the OpenAI API's
+        ``echo`` with ``logprobs``, which SayCan's public demo scored options with.
+
+        Computed as option scoring is (module doc): prompts whose first tokens agree are one request whose
+        context is their shared token prefix, from the prefix cache, with each prompt's remaining tokens
+        packed after it as an option; the context's own positions come from a cached
+        :class:`_ScoredEntry` where one shares the prefix. So scoring ``prompt + option`` for every option,
+        one text each, costs about what :meth:`score` costs, not one full forward per text; the
+        log-probs equal a full forward's within float32 rounding (~1e-5)."""
+        if not 0 <= int(top_k) <= TOP_LOGPROBS:
+            raise InvalidInputError(f"top_k must be between 0 and {TOP_LOGPROBS}, got {top_k}")
+        encoded = [self._prompt_tokens(p) for p in prompts]
+        lps: list[list[float | None]] = [[None] for _ in encoded]
+        tops: list[list[tuple[tuple[str, float], ...]]] = [[()] for _ in encoded]
+        groups: dict[bytes, list[int]] = {}
+        for i, (_, ids, _) in enumerate(encoded):
+            if len(ids) > 1:
+                groups.setdefault(ids[:min(_GROUP_KEY, len(ids) - 1)].tobytes(), []).append(i)
+        with self._lock:
+            for members in groups.values():
+                seqs = [encoded[i][1] for i in members]
+                c = self._group_context(seqs)
+                ctx = seqs[0][:c]
+                kv, last, ctx_lp, ctx_ids, ctx_top = self._context_positions(ctx)
+                pr = _Prepared([""] * len(seqs), [_OptionPlan(s[c:], 0) for s in seqs], kv, c,
+                               torch.log_softmax(last, dim=-1))
+                tail_lps, tail_tops = self._packed(pr, TOP_LOGPROBS if top_k else 0)
+                for i, tl, tt in zip(members, tail_lps, tail_tops):
+                    lps[i] += [float(v) for v in ctx_lp[1:c]] + list(tl)
+                    if top_k:
+                        tops[i] += [self._top(ctx_ids[j], ctx_top[j], top_k) for j in range(1, c)]
+                        tops[i] += [self._top(ids_, vals, top_k) for ids_, vals in tt]
+                    else:
+                        tops[i] += [()] * (len(encoded[i][1]) - 1)
+            self.stats.prompt_logprob_texts += len(encoded)
+        return [PromptLogprobs(text=text, token_ids=tuple(int(t) for t in ids),
+                               tokens=tuple(self._token_text(int(t)) for t in ids), offsets=tuple(offs),
+                               logprobs=tuple(lp), top=tuple(top))
+                for (text, ids, offs), lp, top in zip(encoded, lps, tops)]
+
+    def _group_context(self, seqs: list[np.ndarray]) -> int:
+        """How many leading tokens of a group of texts to treat as their shared context: all they share
+        (leaving each at least one token to pack), or, when a cached :class:`_ScoredEntry` already holds
+        all but a few of those, just what it holds, so the context is an exact cache hit (no forward, no
+        copy) and the few others are packed with each text. A lone ``prompt + option`` text, the
+        OpenAI-style client's one request per option, thereby reuses the prompt an earlier option's text
+        left in the cache, as :meth:`score` reuses it for every option."""
+        c = min(len(s) for s in seqs) - 1
+        for s in seqs[1:]:
+            c = min(c, common_prefix_len(seqs[0], s))
+        entry, m = self.scored_cache.lookup(seqs[0][:c])
+        if isinstance(entry, _ScoredEntry) and 1 <= m < c and (c - m) * max(len(seqs) - 1, 1) <= _PACK_SLACK:
+            return m
+        return c
+
+    def _top(self, ids: np.ndarray, values: np.ndarray, k: int) -> tuple[tuple[str, float], ...]:
+        return tuple((self._token_text(int(i)), float(v)) for i, v in zip(ids[:k], values[:k]))
+
     @torch.inference_mode()
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         """``n`` samples decoded together over the cached prompt: the samples are packed side by side
@@ -610,6 +822,40 @@ class HFLanguageModel:
             while len(self._beam_memo) > self.beam_memo_size:
                 self._beam_memo.popitem(last=False)
         return out
+
+
+def _add_sliding_window(model: torch.nn.Module, head: tuple[torch.nn.Module, torch.nn.Module] | None) -> None:
+    """Give the engine's custom 4-D masks a sliding window where the model has sliding-window layers.
+
+    transformers uses a 4-D mask as given in every layer, so in a model whose ``layer_types`` mix
+    sliding-window and full attention (Gemma 2 and 3: a 512-token window in 5 of every 6 layers) packed
+    options, padded batches, packed samples and beams would let the sliding layers see the whole prompt,
+    unlike a plain forward. A hook on the decoder turns each such mask into the per-layer-type dict
+    these models accept, the sliding layers' copy also hiding keys ``sliding_window`` or more positions
+    behind the query. A key's position is taken to be its column: exact for the cached prompt's
+    columns, and never smaller than the true position after them, so the window is exact while one
+    option, sample or beam is shorter than the window. Forwards without a mask (a prompt's own) are left
+    to the model."""
+    cfg = model.config.get_text_config(decoder=True)
+    window = getattr(cfg, "sliding_window", None)
+    if not window or "sliding_attention" not in (getattr(cfg, "layer_types", None) or []):
+        return
+    target = head[0] if head is not None else model
+    if getattr(target, "_groundplan_sliding_window", False):  # one hook per model, however many engines share it
+        return
+
+    def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        mask, pos = kwargs.get("attention_mask"), kwargs.get("position_ids")
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 4 or pos is None:
+            return None
+        cols = torch.arange(mask.shape[-1], device=mask.device)
+        far = cols[None, None, None, :] <= pos.to(mask.device)[:, None, :, None] - window
+        sliding = mask & ~far if mask.dtype == torch.bool else mask.masked_fill(far, torch.finfo(mask.dtype).min)
+        return args, {**kwargs, "attention_mask": {"full_attention": mask, "sliding_attention": sliding}}
+
+    target.register_forward_pre_hook(hook, with_kwargs=True)
+    target._groundplan_sliding_window = True
+    log.info("sliding-window layers (window %d): the engine's 4-D masks get the window in those layers", window)
 
 
 def _option_score(option: str, lps: list[float]) -> OptionScore:

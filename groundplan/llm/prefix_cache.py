@@ -83,14 +83,16 @@ class PrefixCache:
         return len(self._entries)
 
     def lookup(self, tokens: Sequence[int] | np.ndarray, max_len: int | None = None) -> tuple[CacheEntry | None, int]:
-        """The entry sharing the longest prefix with ``tokens`` and that length (capped at ``max_len``)."""
+        """The entry sharing the longest prefix with ``tokens`` and that length (capped at ``max_len``); of
+        entries sharing as much, the shortest, so an entry that is exactly the shared prefix (an exact hit,
+        which needs no forward pass) wins over longer ones that would have to be copied."""
         q = np.asarray(tokens, dtype=np.int64)
         cap = len(q) if max_len is None else min(max_len, len(q))
         best, best_len, best_id = None, 0, None
         with self._lock:
             for eid, entry in self._entries.items():
                 m = common_prefix_len(entry.tokens, q[:cap])
-                if m > best_len:
+                if m > best_len or (m and m == best_len and len(entry) < len(best)):
                     best, best_len, best_id = entry, m, eid
             if best_id is not None:
                 self._entries.move_to_end(best_id)

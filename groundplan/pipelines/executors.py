@@ -90,7 +90,7 @@ class RayExecutor:
         actors: list[Any] = []
         stats: dict[str, Any] = {"num_workers": n_workers, "envs_per_worker": envs, "max_in_flight": in_flight,
                                  "num_scorers": rt.scorers,
-                                 "episode_reruns": 0, "failed_after_retries": 0}
+                                 "episode_reruns": 0, "rerun_episodes": [], "failed_after_retries": 0}
         try:
             scorers = [make_scorer_actor(num_gpus=rt.scorer_gpus, num_cpus=rt.scorer_cpus,
                                          resources=rt.scorer_resources or None, backend=cfg.llm.backend,
@@ -184,6 +184,7 @@ class RayExecutor:
                     return EpisodeResult(failed_trace(spec, self.cfg.env.name, self.cfg.llm.model, self.cfg.hash(),
                                                       f"infrastructure failed {len(errors)} times; last: {errors[-1]}"))
                 stats["episode_reruns"] += 1
+                stats["rerun_episodes"].append(spec.episode_id)  # which ones: a fault report names them
 
         async def lane() -> None:
             while queue:

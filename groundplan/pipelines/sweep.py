@@ -202,8 +202,12 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
               progress: bool = True, resume: bool = True, tracking_uri: str | None = None,
               on_episode: Callable[[EpisodeTrace, dict[str, Any]], None] | None = None) -> EvalResult:
     """Run the sweep of ``cfg`` on the executor ``cfg.runtime.executor`` names and return its traces and
-    summary. MLflow logging when ``cfg.runtime.mlflow``."""
+    summary. MLflow logging when ``cfg.runtime.mlflow``: a tracking server that does not answer fails the
+    sweep before it starts; one that fails at the end leaves ``stats["mlflow_error"]`` and no run id."""
     specs = check_config(cfg)  # fails before any model loads or actor starts
+    from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
+
+    check_tracking_servers(eval_tracking_uris(cfg, tracking_uri))  # so does a tracking server that is down
     traces_path, todo, stale = prepare_run(cfg, specs, resume)
     executor = make_executor(cfg, lm, lm_factory, on_episode)
     bar = tqdm(total=len(todo), desc=cfg.name, unit="ep", disable=not progress)
@@ -223,8 +227,37 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     stats.update(executor=cfg.runtime.executor, episodes_run=len(todo), wall_s=wall,
                  episodes_per_min=60 * len(todo) / wall if todo and wall else 0.0)
     result = collect_results(cfg, specs, traces_path, len(todo), stats, stale)
-    if cfg.runtime.mlflow:
-        from groundplan.pipelines.tracking import log_sweep
+    if cfg.runtime.mlflow:  # a store that fails now costs the MLflow run, not the results on disk
+        from groundplan.pipelines.tracking import log_sweep_or_explain
 
-        stats["mlflow_run_id"] = log_sweep(result, tracking_uri=tracking_uri)
+        stats["mlflow_run_id"] = log_sweep_or_explain(result, tracking_uri=tracking_uri)
     return result
+
+
+def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None) -> str:
+    """Log a finished sweep's folder (``config.json``, ``traces.jsonl``, frames) as an MLflow run, as the
+    sweep would have at its end, for a sweep whose logging failed or was turned off (``groundplan log``);
+    returns the run id. The summary is recomputed from the traces (``summary.json`` is rewritten, the
+    same); the sweep's throughput statistics, which only the running sweep knew, are not logged."""
+    from groundplan.pipelines.tracking import (
+        bounded_http_retries,
+        check_tracking_server,
+        log_sweep,
+        sweep_tracking_uri,
+    )
+
+    folder = Path(run_dir).resolve()
+    config_path, traces_path = folder / "config.json", folder / "traces.jsonl"
+    if not config_path.is_file() or not traces_path.is_file():
+        raise InvalidInputError(f"{folder} holds no config.json and traces.jsonl: give a sweep's run folder, "
+                                "e.g. outputs/saycan_kitchen")
+    data = json.loads(config_path.read_text())
+    data["output_dir"] = str(folder.parent)  # where the folder is now, wherever the sweep ran
+    cfg = EvalConfig.model_validate(data)
+    uri = sweep_tracking_uri(cfg.output_dir, tracking_uri)
+    check_tracking_server(uri, hint="set MLFLOW_TRACKING_URI to a store that runs")
+    result = collect_results(cfg, expand(cfg, make_env(cfg.env)), traces_path, ran=0, stats={})
+    if not result.traces:
+        raise InvalidInputError(f"{traces_path} holds no episode of the config in {config_path}")
+    with bounded_http_retries():
+        return log_sweep(result, tracking_uri=uri)

@@ -3,20 +3,47 @@
 Everything stays in one place: the tracking store defaults to a SQLite database under
 ``<output_dir>/mlruns`` (no server needed; ``MLFLOW_TRACKING_URI`` or ``tracking_uri`` overrides it) and
 a new experiment's artifact location is ``<output_dir>/mlruns/artifacts``, so nothing is written to the
-working directory. Params are the config flattened (``llm.model``, ``planners.0.name``, ...); metrics
+working directory. With a tracking server (an ``http(s)://`` URI) the server decides where artifacts go
+(``mlflow server --serve-artifacts`` proxies them), because a local path would be a folder on whichever
+machine ran the sweep. Params are the config flattened (``llm.model``, ``planners.0.name``, ...); metrics
 are the summary per planner and family (``SayCan.nl_nouns.plan_success``), the sweep's throughput and the
 scorer's statistics; artifacts are ``summary.json``, ``traces.jsonl``, ``config.json``, the rendered
 summary table, the camera frames and the HTML report.
+
+A tracking server is a remote dependency that can be down, so it is handled like one: it is checked
+before any model loads (:func:`check_tracking_server`, one request with a short timeout), MLflow's own
+HTTP retries are bounded while a sweep is logged (:func:`bounded_http_retries`; MLflow's defaults retry
+a refused connection for about four minutes), and a failure while logging a finished sweep costs
+the MLflow run, never the traces and summary already on disk: :func:`log_sweep_or_explain` says in one
+line how to log them later (``groundplan log <run folder>``,
+:func:`groundplan.pipelines.sweep.log_run_folder`).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
+
+from groundplan.core.errors import GroundplanError
 
 log = logging.getLogger(__name__)
+
+#: MLflow's HTTP client settings while a sweep is logged, unless set in the environment: a refused request
+#: is retried twice (about 4 s in all), and a silent server is given up after 30 s
+BOUNDED_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+#: how long the reachability check waits for the server's answer
+CHECK_TIMEOUT_S = 5.0
+
+#: what the eval error says about running without a server
+EVAL_HINT = "run without tracking (--no-mlflow, or runtime.mlflow: false in the config)"
+
+
+class TrackingServerError(GroundplanError, RuntimeError):
+    """The MLflow tracking server a command needs does not answer; the message names its URI."""
 
 
 def default_tracking_uri(output_dir: str | Path) -> str:
@@ -25,18 +52,114 @@ def default_tracking_uri(output_dir: str | Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-def use_experiment(name: str, output_dir: str | Path) -> str:
-    """Select (creating it if needed) the experiment ``name``, its artifacts under ``<output_dir>/mlruns``."""
+def sweep_tracking_uri(output_dir: str | Path, tracking_uri: str | None = None) -> str:
+    """Where a sweep is logged: ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the SQLite store
+    under ``<output_dir>/mlruns``."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(output_dir)
+
+
+def is_server_uri(uri: str | None) -> bool:
+    """True for a tracking server (``http://`` or ``https://``), the only kind of store that can be down."""
+    return bool(uri) and uri.split("://", 1)[0].lower() in ("http", "https")
+
+
+def use_experiment(name: str, output_dir: str | Path, tracking_uri: str | None = None) -> str:
+    """Select (creating it if needed) the experiment ``name``: its artifacts under ``<output_dir>/mlruns``
+    for a local store, where the server keeps them for a tracking server."""
     import mlflow
 
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is None:
-        location = (Path(output_dir).resolve() / "mlruns" / "artifacts").as_uri()
+        location = None if is_server_uri(tracking_uri) else (Path(output_dir).resolve() / "mlruns" / "artifacts").as_uri()
         experiment_id = mlflow.create_experiment(name, artifact_location=location)
     else:
         experiment_id = experiment.experiment_id
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
+
+
+# ------------------------------------------------------------------------------- server health
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A short reason for a failed request ('[Errno 111] Connection refused', 'Read timed out'), not the
+    whole chain of urllib3 and MLflow wrappers."""
+    text = str(exc)
+    for pattern in (r"\[Errno -?\d+\][^'\")\n]*", r"(?:Read|Connect) timed out", r"status code \d+", r"HTTP \d+"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(0).strip()
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
+def check_tracking_server(uri: str | None, hint: str = EVAL_HINT, timeout: float = CHECK_TIMEOUT_S) -> None:
+    """Fail at once, naming ``uri``, when it is a tracking server that does not answer; local stores
+    (SQLite, files) pass. One GET of the server's ``/health`` through MLflow's own HTTP client (so its
+    credentials and TLS settings apply), no retries, ``timeout`` seconds: without this check a closed
+    port is found only when the first MLflow call has retried for minutes, after the models loaded or
+    the whole sweep ran. An answer other than a server error (5xx) counts as reachable: what a proxy
+    or an authenticating front end says about ``/health`` is not this check's business."""
+    if not is_server_uri(uri):
+        return
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        response = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=0, backoff_factor=0,
+                                timeout=timeout, raise_on_status=False)
+    except Exception as e:  # MLflow wraps connection errors and timeouts in its own exception
+        raise TrackingServerError(f"the MLflow tracking server {uri} is not reachable ({failure_reason(e)}); start "
+                                  f"it, point MLFLOW_TRACKING_URI at one that runs, or {hint}") from None
+    if response.status_code >= 500:
+        raise TrackingServerError(f"the MLflow tracking server {uri} is not healthy (HTTP {response.status_code} from "
+                                  f"/health); fix it, point MLFLOW_TRACKING_URI at one that runs, or {hint}")
+
+
+def eval_tracking_uris(cfg: Any, tracking_uri: str | None = None) -> list[str]:
+    """The tracking stores a sweep of ``cfg`` will contact: where it is logged (when ``runtime.mlflow``),
+    every ``tracking_uri`` a plugin's options name, and ``MLFLOW_TRACKING_URI`` when the config loads a
+    model by MLflow URI (``models:/...``, ``runs:/...``) that may resolve through it."""
+    uris: list[str] = []
+    if cfg.runtime.mlflow:
+        uris.append(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "")
+    loads_models = False
+    for key, value in flatten(cfg.model_dump()).items():
+        if key.rsplit(".", 1)[-1] == "tracking_uri" and isinstance(value, str):
+            uris.append(value)
+        elif isinstance(value, str) and value.startswith(("models:/", "runs:/")):
+            loads_models = True
+    if loads_models:
+        uris.append(os.environ.get("MLFLOW_TRACKING_URI", ""))
+    return list(dict.fromkeys(u for u in uris if u))
+
+
+def check_tracking_servers(uris: Iterable[str], hint: str = EVAL_HINT) -> None:
+    """:func:`check_tracking_server` for each of ``uris``."""
+    for uri in uris:
+        check_tracking_server(uri, hint)
+
+
+@contextlib.contextmanager
+def bounded_http_retries() -> Iterator[None]:
+    """MLflow's HTTP settings of :data:`BOUNDED_HTTP` for the duration, where the environment sets none.
+
+    MLflow retries a failed request 7 times with exponential backoff, which against a stopped server is
+    about four minutes per call, and warns once per retry. The variables are read at each request, and
+    processes started meanwhile (a local Ray's workers) inherit them; urllib3's retry warnings are
+    silenced meanwhile, since the failure is reported once by the caller."""
+    added = [k for k in BOUNDED_HTTP if k not in os.environ]
+    for k in added:
+        os.environ[k] = BOUNDED_HTTP[k]
+    retries = logging.getLogger("urllib3.connectionpool")
+    level = retries.level
+    retries.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        retries.setLevel(level)
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -64,9 +187,9 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
     from groundplan.pipelines.summary import render_table, render_text
 
     cfg = result.config
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(cfg.output_dir)
+    uri = sweep_tracking_uri(cfg.output_dir, tracking_uri)
     mlflow.set_tracking_uri(uri)
-    use_experiment(cfg.name, cfg.output_dir)
+    use_experiment(cfg.name, cfg.output_dir, uri)
     params = {k: str(v)[:500] for k, v in flatten(cfg.model_dump()).items()}
     params["config_hash"] = cfg.hash()
     metrics: dict[str, float] = {}
@@ -109,3 +232,22 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         except Exception as exc:  # the table is a convenience; the numbers are in summary.json
             log.warning("could not render the summary table: %s", exc)
         return run.info.run_id
+
+
+def log_sweep_or_explain(result: Any, tracking_uri: str | None = None) -> str | None:
+    """:func:`log_sweep` with MLflow's retries bounded; when logging fails (the server went away during
+    the sweep), the traces and summary are already on disk, so one error line says so and how to log
+    them later, ``result.stats["mlflow_error"]`` records the reason, and None is returned."""
+    uri = sweep_tracking_uri(result.config.output_dir, tracking_uri)
+    try:
+        with bounded_http_retries():
+            return log_sweep(result, tracking_uri=uri)
+    except Exception as e:  # any failure of the store: the results on disk are what matters
+        reason = failure_reason(e)
+        result.stats["mlflow_error"] = f"{uri}: {reason}"
+        run_dir = Path(result.run_dir).resolve()
+        log.error("could not log the sweep to MLflow at %s (%s); its traces and summary are in %s; log them "
+                  "later with: groundplan log %s", uri, reason, run_dir, run_dir)
+        log.debug("MLflow logging failed", exc_info=True)
+        return None
+

@@ -235,14 +235,20 @@ def train_loop(config: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------ driver
 def ensure_experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
     """Use experiment ``name``, creating it with its artifacts under the output folder (a SQLite store's
-    default artifact root is ./mlruns in the working directory)."""
+    default artifact root is ./mlruns in the working directory); a tracking server keeps them where it
+    serves them from, since a local folder would be on the training machine only."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    from groundplan.pipelines.tracking import is_server_uri
+
     client = MlflowClient(tracking_uri=tracking_uri)
     if client.get_experiment_by_name(name) is None:
-        artifacts.mkdir(parents=True, exist_ok=True)
-        client.create_experiment(name, artifact_location=artifacts.resolve().as_uri())
+        if is_server_uri(tracking_uri):
+            client.create_experiment(name)
+        else:
+            artifacts.mkdir(parents=True, exist_ok=True)
+            client.create_experiment(name, artifact_location=artifacts.resolve().as_uri())
     mlflow.set_experiment(name)
 
 
@@ -262,7 +268,13 @@ def register_version(name: str, source: str, run_id: str, tracking_uri: str):
     return client.create_model_version(name, source=source, run_id=run_id)
 
 def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None = None) -> TrainResult:
-    """Train, log to MLflow, register; see the module docstring."""
+    """Train, log to MLflow, register; see the module docstring. A tracking server that does not answer
+    fails here, before the data is read or a model built (once training runs, MLflow's own retries ride
+    out a server's short absence)."""
+    from groundplan.pipelines.tracking import check_tracking_server
+
+    check_tracking_server(cfg.tracking_uri, hint="leave tracking_uri unset to register in the SQLite store under "
+                          "output_dir")
     import mlflow
     import ray
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig

@@ -27,12 +27,19 @@ def labelled(label: str, oracles: Iterable[str]) -> str:
 class PlannerOptions(BaseModel):
     """Base of every planner's typed options (registered with the planner). ``oracles`` declares the
     ground truth a configuration reads (``task.goal``, ``task.reference_plan``, ``task.metadata``), so the
-    sweep can label it before anything is built; empty for an honest planner."""
+    sweep can label it before anything is built; empty for an honest planner. ``llm_needs`` declares what
+    the configuration asks of its language model (names of
+    :class:`~groundplan.llm.base.LLMCapabilities` fields), so a config pairing it with a backend that
+    cannot (option scoring on a chat-only server) is refused when it loads."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     @property
     def oracles(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
         return ()
 
 

@@ -124,6 +124,11 @@ class InnerMonologueConfig(PlannerOptions):
         return tuple(name for name, on in (("sub-goals", self.subgoal_fallback), ("scripted human", "human" in self.feedback))
                      if on)
 
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """Inner Monologue writes actions, thoughts and questions (Sec. 4)."""
+        return ("generate",)
+
     @field_validator("feedback")
     @classmethod
     def _unique(cls, v: list[str]) -> list[str]:

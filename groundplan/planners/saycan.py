@@ -178,6 +178,11 @@ class SayCanConfig(DialogPlannerConfig):
         "cached on disk) is most similar to the instruction. None (default) scores every skill.",
     )
 
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """SayCan scores every skill label (Sec. 3, "LLM scoring")."""
+        return ("score",)
+
 
 class GenerativeConfig(DialogPlannerConfig):
     """Options of the Generative baseline (Sec. 5.5)."""
@@ -188,6 +193,11 @@ class GenerativeConfig(DialogPlannerConfig):
         description="Longest generated step; generation also stops at ',' or a newline, the end of one "
         "step in Listing 1's answer format.",
     )
+
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """The Generative baseline writes the step (Sec. 5.5)."""
+        return ("generate",)
 
 
 # ---------------------------------------------------------------------------------------------

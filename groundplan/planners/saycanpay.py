@@ -121,6 +121,14 @@ class SayCanPayConfig(PlannerOptions):
         """Perfect-Say reads the expert plan: the label says so."""
         return ("expert plan",) if self.perfect_say else ()
 
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """Greedy-Token decodes; Greedy- and Beam-Action propose by token-level beam search (Sec. 5);
+        Perfect-Say asks the LM nothing."""
+        if self.perfect_say:
+            return ()
+        return ("generate",) if self.decoding == "greedy_token" else ("beam_search",)
+
     @model_validator(mode="after")
     def _consistent(self) -> "SayCanPayConfig":
         if self.num_candidates % self.num_groups:

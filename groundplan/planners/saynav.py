@@ -79,6 +79,12 @@ class SayNavConfig(PlannerOptions):
                                                        "by category and distance (noisy), or from the detections (auto)")
     seed: int = Field(0, description="base seed of plan sampling")
 
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """Room identification and feasibility are answered by scoring (Fig. 5), always; the plan is
+        written (generate mode, Fig. 4) or ranked by scoring (score mode)."""
+        return ("score", "generate") if self.plan_mode == "generate" else ("score",)
+
 
 @dataclass
 class PlanStep:

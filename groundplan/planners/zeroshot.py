@@ -140,6 +140,11 @@ class _Base(PlannerOptions):
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
     seed: int = Field(0, description="Base sampling seed; each step's seed is derived from it, the episode seed and the step.")
 
+    @property
+    def llm_needs(self) -> tuple[str, ...]:
+        """The planning LM samples steps or whole plans (Sec. 3.1)."""
+        return ("generate",)
+
 
 class ZeroShotConfig(_Base):
     """Options of the translated planner and its ablations (Table 2)."""

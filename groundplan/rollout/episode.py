@@ -7,9 +7,12 @@ a step with ``done=True`` and is not executed. At the end the goal is checked in
 replayed (plan success, SayCan Sec. 5.1's "right skills in a valid order").
 
 Failures are evidence, not crashes: an exception raised by the planner or the env is recorded in
-``trace.error`` as ``"<ExceptionType>: <message> (<where>)"`` and the episode counts as failed. The one
-exception that propagates is :class:`~groundplan.errors.InvalidInputError` from ``planner.reset`` —
-a bad instruction is the caller's mistake and the caller should see it.
+``trace.error`` as ``"<ExceptionType>: <message> (<where>)"`` and the episode counts as failed. An
+:class:`~groundplan.core.errors.InfrastructureError` (e.g. an LLM server that still failed after its
+retries) is recorded the same way behind ``"infrastructure failed: "``, the mark the Ray executor gives
+episodes whose actors died, so it is never read as the planner's failure. The one exception that
+propagates is :class:`~groundplan.errors.InvalidInputError` from ``planner.reset`` — a bad instruction
+is the caller's mistake and the caller should see it.
 """
 from __future__ import annotations
 
@@ -17,11 +20,11 @@ import logging
 import time
 from typing import Callable
 
-from groundplan.core.errors import InvalidInputError
+from groundplan.core.errors import InfrastructureError, InvalidInputError
 from groundplan.core.types import Observation, Task
 from groundplan.envs.base import Env, planning_model
 from groundplan.planners.base import Planner
-from groundplan.rollout.traces import EpisodeTrace, StepTrace
+from groundplan.rollout.traces import INFRASTRUCTURE_FAILURE, EpisodeTrace, StepTrace
 
 #: ``on_step(trace, step, env)``: called after reset (``step=None``) and after each step is recorded (and
 #: executed, unless it is the done decision); the episode runner records camera frames with it
@@ -203,7 +206,10 @@ def _check_outcome(
 
 
 def _describe(exc: BaseException, where: str) -> str:
-    """``"<ExceptionType>: <message> (<where>)"``, logged with its traceback."""
+    """``"<ExceptionType>: <message> (<where>)"``, logged with its traceback; behind
+    ``"infrastructure failed: "`` for an :class:`InfrastructureError`."""
     text = f"{type(exc).__name__}: {exc} ({where})"
+    if isinstance(exc, InfrastructureError):
+        text = f"{INFRASTRUCTURE_FAILURE}: {text}"
     logger.warning("episode error: %s", text, exc_info=True)
     return text

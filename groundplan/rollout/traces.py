@@ -12,6 +12,10 @@ from typing import Any, Iterable, Iterator
 
 from groundplan.core.types import CandidateScore
 
+#: how the error of an episode that infrastructure failed begins (an LLM server that kept failing, an
+#: actor that died), so it is never read as the planner's failure; the Ray executor writes it too
+INFRASTRUCTURE_FAILURE = "infrastructure failed"
+
 
 @dataclass
 class StepTrace:
@@ -54,6 +58,12 @@ class EpisodeTrace:
     @property
     def plan(self) -> list[str]:
         return [s.chosen for s in self.steps if not s.done]
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        """The episode failed because infrastructure did (its error begins with ``INFRASTRUCTURE_FAILURE``),
+        not because of anything the planner or env did."""
+        return bool(self.error) and self.error.startswith(INFRASTRUCTURE_FAILURE)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,8 +4,9 @@ services in-process in tests), so the routes, limits, auth and error mapping exi
 Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields), the
 services check the configured limits (400), sessions answer 404/409/410/429, bodies over
 ``limits.max_body_bytes`` get 413 (by Content-Length, or once a chunked body passes it) before they are
-parsed. A replica that died mid-request gives 503 with ``Retry-After`` (the request had no effect; send
-it again). Nothing from a request or from the LLM is evaluated: text only ever goes to the tokenizer,
+parsed. A replica that died mid-request, or a model server behind it that kept failing, gives 503 with
+``Retry-After`` (the request had no effect; send it again). The OpenAI-compatible routes
+(``/v1/completions``, ``/v1/models``) are added by :mod:`groundplan.serve.openai_api` under the same rules. Nothing from a request or from the LLM is evaluated: text only ever goes to the tokenizer,
 string comparison and JSON.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from groundplan.core.errors import GroundplanError, InvalidInputError, UnknownNameError
+from groundplan.core.errors import GroundplanError, InfrastructureError, InvalidInputError, UnknownNameError
+from groundplan.llm.base import PromptLogprobs
 from groundplan.serve import schemas as S
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import (
@@ -39,6 +41,9 @@ STATIC = Path(__file__).parent / "static"
 
 class Backend(Protocol):
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]: ...
+    async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]: ...
+    async def count_tokens(self, texts: list[str]) -> list[int]: ...
+    async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
     async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
     async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
     async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]: ...
@@ -47,7 +52,8 @@ class Backend(Protocol):
 
 _STATUS: list[tuple[type[Exception], int]] = [
     (NotFoundError, 404), (SessionExpiredError, 410), (SessionLimitError, 429), (SessionConflictError, 409),
-    (RetryableError, 503), (UnknownNameError, 400), (InvalidInputError, 400), (GroundplanError, 400),
+    (RetryableError, 503), (InfrastructureError, 503), (UnknownNameError, 400), (InvalidInputError, 400),
+    (GroundplanError, 400),
 ]
 
 _ERRORS = {code: {"model": S.ErrorOut} for code in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503)}
@@ -198,6 +204,9 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
         await backend.delete_session(_sid(session_id))
         return Response(status_code=204)
 
+    from groundplan.serve.openai_api import mount_openai
+
+    mount_openai(app, config, backend, secured, _ERRORS, llm_name)
     _mount_viewer(app, config, secured)
     app.add_middleware(BodyLimit, limit=config.limits.max_body_bytes)
     return app

@@ -3,7 +3,9 @@ configured planner, and the FastAPI ingress (:func:`build_app`).
 
 - ``Scorer`` holds the model (:func:`groundplan.factory.make_llm`) and batches concurrent score requests
   — from HTTP callers and from every planner replica — into one ``score_batch`` call, so requests that
-  share a prompt share its prefix (the same engine path as eval's LLMScorer actor).
+  share a prompt share its prefix (the same engine path as eval's LLMScorer actor). The prompt log-probs
+  of ``/v1/completions`` (``echo`` + ``logprobs``) are batched the same way into one ``prompt_logprobs``
+  call, so the ``prompt + option`` texts of one SayCan step, sent concurrently, share their prompt.
 - ``Planner-<label>`` replicas run :class:`~groundplan.serve.service.PlannerService` (the eval factory and
   episode runner) with a language model that forwards to the scorer (:class:`ServeLM`).
 - Sessions live in one named detached actor (:mod:`groundplan.serve.sessions`); planner replicas only
@@ -25,7 +27,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from ray import serve
 
-from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore
+from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore, PromptLogprobs
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import RetryableError
 from groundplan.serve.signals import StopSignals
@@ -61,6 +63,8 @@ class Scorer:
         self.scores = ScoreService(cfg, self.lm)
         self._batched.set_max_batch_size(cfg.scorer.max_batch_size)
         self._batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
+        self._echo_batched.set_max_batch_size(cfg.scorer.max_batch_size)
+        self._echo_batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
     async def _batched(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
@@ -75,6 +79,23 @@ class Scorer:
     async def score_internal(self, prompt: str, options: list[str]) -> dict[str, Any]:
         """A planner's request (a whole skill set: not bound by the per-caller option limit)."""
         return await self._batched((prompt, list(options)))
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
+    async def _echo_batched(self, requests: list[tuple[list[Any], int]]) -> list[Any]:
+        from groundplan.serve.openai_api import prompt_logprobs_batch
+
+        return await asyncio.to_thread(prompt_logprobs_batch, self.lm, requests)
+
+    async def prompt_logprobs(self, prompts: list[Any], top_k: int) -> list[PromptLogprobs]:
+        """Per-token log-probs of whole prompts (``/v1/completions`` with ``echo`` and ``logprobs``),
+        batched with other callers' into one ``prompt_logprobs`` call."""
+        out = await self._echo_batched((list(prompts), int(top_k)))
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await asyncio.to_thread(self.lm.count_tokens, list(texts))
 
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         gens = await asyncio.to_thread(self.lm.generate, prompt, GenerationParams(**params))
@@ -188,6 +209,15 @@ class HandleBackend:
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         return await self._call(_HANDLES["scorer"], "score", prompt, options, retries=_RETRIES)
+
+    async def prompt_logprobs(self, prompts: list[Any], top_k: int) -> list[PromptLogprobs]:
+        return await self._call(_HANDLES["scorer"], "prompt_logprobs", prompts, top_k, retries=_RETRIES)
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await self._call(_HANDLES["scorer"], "count_tokens", texts, retries=_RETRIES)
+
+    async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self._call(_HANDLES["scorer"], "generate", prompt, params, retries=1)
 
     async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
         return await self._call(_HANDLES["planners"][planner], "plan", {**request, "planner": planner}, retries=1)

@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from groundplan.config import EnvSpec, LLMSpec, PlannerSpec
+from groundplan.config import EnvSpec, LLMSpec, PlannerSpec, check_llm_needs
 
 
 class _Strict(BaseModel):
@@ -84,9 +84,10 @@ class Limits(_Strict):
     """Bounds on what one caller can ask for; beyond them a request gets a 4xx with a message."""
 
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body accepted (413 beyond)")
-    max_options: int = Field(64, ge=1, description="options per /v1/score request")
+    max_options: int = Field(64, ge=1, description="options per /v1/score request, prompts per /v1/completions request")
     max_option_chars: int = Field(300, ge=1, description="characters per option")
-    max_prompt_chars: int = Field(8000, ge=1, description="characters per /v1/score prompt")
+    max_prompt_chars: int = Field(8000, ge=1, description="characters per /v1/score prompt (a /v1/completions prompt, "
+                                  "a prompt and an option, may have max_prompt_chars + max_option_chars)")
     max_instruction_chars: int = Field(1000, ge=1, description="characters per instruction")
     max_skills: int = Field(256, ge=1, description="skills a session step may offer")
     max_sessions: int = Field(64, ge=1, description="open sessions at once (429 beyond)")
@@ -94,6 +95,9 @@ class Limits(_Strict):
     max_session_steps: int = Field(50, ge=1, description="decisions per session")
     max_steps: int = Field(20, ge=1, le=100, description="step cap of /v1/plan episodes, and the most a request's "
                            "max_steps may ask for (400 above it)")
+    max_new_tokens: int = Field(512, ge=1, description="most tokens a /v1/completions request may sample per prompt "
+                                "(max_tokens; 400 above it)")
+    max_samples: int = Field(64, ge=1, description="most samples (n x prompts) one /v1/completions request may ask for")
 
 
 class ServeConfig(_Strict):
@@ -133,6 +137,7 @@ class ServeConfig(_Strict):
         names = [e.name for e in self.envs]
         if len(set(names)) != len(names):
             raise ValueError(f"env names must be unique, got {names}")
+        check_llm_needs(self.llm, self.planners)
         return self
 
     def planner_spec(self, label: str) -> PlannerSpec:

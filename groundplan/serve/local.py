@@ -7,23 +7,44 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from groundplan.llm.base import LanguageModel
+from groundplan.llm.base import GenerationParams, LanguageModel, PromptLogprobs
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.service import PlannerService, ScoreService, local_store
 
 
 class LocalBackend:
-    """Runs each request in a worker thread of this process."""
+    """Runs each request in a worker thread of this process; the prompt log-probs of concurrent
+    ``/v1/completions`` requests are batched into one engine call, as the Serve app's scorer batches
+    them (``scorer.max_batch_size``, ``scorer.batch_wait_timeout_s``)."""
 
     def __init__(self, config: ServeConfig, lm: LanguageModel) -> None:
+        from groundplan.actors.scorer import DynamicBatcher
+        from groundplan.serve.openai_api import prompt_logprobs_batch
+
         self.lm = lm
         self.scores = ScoreService(config, lm)
         self.planners = PlannerService(config, lm, local_store(config))
+        self._echo = DynamicBatcher(lambda requests: prompt_logprobs_batch(lm, requests),
+                                    window_ms=1000 * config.scorer.batch_wait_timeout_s,
+                                    max_batch=config.scorer.max_batch_size, size_of=lambda r: len(r[0]))
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         self.scores.check(prompt, options)
         result = await run_in_threadpool(self.lm.score, prompt, options)
         return {"model": self.lm.name, "options": [dataclasses.asdict(s) for s in result], "batch_size": 1}
+
+    async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]:
+        out = await self._echo.submit((list(prompts), int(top_k)))
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def count_tokens(self, texts: list[str]) -> list[int]:
+        return await run_in_threadpool(self.lm.count_tokens, texts)  # type: ignore[attr-defined]
+
+    async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        gens = await run_in_threadpool(self.lm.generate, prompt, GenerationParams(**params))
+        return [dataclasses.asdict(g) for g in gens]
 
     async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
         return await run_in_threadpool(self.planners.plan, {**request, "planner": planner})
