@@ -18,7 +18,7 @@ every episode exactly once, with no error, and with the clean run's chosen skill
 (within 1e-4, the tolerance ``tests/test_golden_traces.py`` allows the Ray path).
 
     python benchmarks/chaos.py --kill-driver-after 10           # the full form: 30 episodes, a kill every 4 s
-    python benchmarks/chaos.py --families nl_single_primitive,nl_nouns,structured --seeds 0,1 --max-steps 3 \\
+    python benchmarks/chaos.py --families nl_single_primitive,nl_nouns --seeds 0,1,2 --max-steps 2 --scorer-threads 1 \\
         --interval 1.5 --max-faults 4 --episodes-between 0 --max-episode-retries 3   # the CI form (tests/test_chaos.py)
 
 It prints every fault (time, target, actor, pid, whether it landed), the episodes rerun, and a last line
@@ -103,7 +103,7 @@ def list_actor_records(class_name: str | None = None) -> list[ActorRecord]:
     return [r for r in rows if r.class_name == class_name or r.class_name.endswith("." + class_name)]
 
 
-_STATE_API: dict[str, bool] = {}  # session name -> whether its dashboard answers
+_STATE_API: dict[str, tuple[bool, float]] = {}  # session name -> (its dashboard answers, when checked)
 
 
 def _has_dashboard() -> bool:
@@ -111,7 +111,8 @@ def _has_dashboard() -> bool:
 
     Checked by its session name: a cluster started without a dashboard still records the default
     address (127.0.0.1:8265), where on a machine shared with other jobs another cluster's dashboard may
-    answer, with that cluster's actors and pids."""
+    answer, with that cluster's actors and pids. A "no" is checked again after 5 s (a dashboard can
+    come up after its cluster)."""
     import urllib.request
 
     import ray
@@ -119,7 +120,8 @@ def _has_dashboard() -> bool:
     from ray.experimental.internal_kv import _internal_kv_get
 
     session = ray._private.worker.global_worker.node.session_name
-    if session not in _STATE_API:
+    known = _STATE_API.get(session)
+    if known is None or (not known[0] and time.monotonic() - known[1] > 5.0):
         url = _internal_kv_get(ray_constants.DASHBOARD_ADDRESS, namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
         ok = False
         if url:
@@ -128,8 +130,8 @@ def _has_dashboard() -> bool:
                     ok = json.loads(r.read()).get("session_name") == session
             except Exception:  # nothing listens there, or not a dashboard
                 ok = False
-        _STATE_API[session] = ok
-    return _STATE_API[session]
+        known = _STATE_API[session] = (ok, time.monotonic())
+    return known[0]
 
 
 def _is_local_ray_worker(pid: int) -> bool:
@@ -346,10 +348,13 @@ def compare_traces(clean: Sequence[Any], other: Sequence[Any], tol: float = TOLE
             cy = [(c.skill, c.llm, c.affordance, c.combined) for c in sy.candidates]
             if [c[0] for c in cx] != [c[0] for c in cy]:
                 out.append(f"{eid} step {i}: candidate skills differ")
-            elif not all(_close(p, q, tol) for u, v in zip(cx, cy) for p, q in zip(u[1:], v[1:])):
-                worst = max(abs(p - q) for u, v in zip(cx, cy) for p, q in zip(u[1:], v[1:])
-                            if isinstance(p, float) and isinstance(q, float) and not (math.isinf(p) or math.isinf(q)))
-                out.append(f"{eid} step {i}: scores differ by up to {worst:.2e} (> {tol:g})")
+            else:
+                pairs = [(p, q) for u, v in zip(cx, cy) for p, q in zip(u[1:], v[1:]) if not _close(p, q, tol)]
+                if any(p is None or q is None or math.isinf(p) or math.isinf(q) for p, q in pairs):
+                    out.append(f"{eid} step {i}: options scored in one run are unscored (pruned) in the other")
+                elif pairs:
+                    worst = max(abs(p - q) for p, q in pairs)
+                    out.append(f"{eid} step {i}: scores differ by up to {worst:.2e} (> {tol:g})")
         if (x.execution_success, x.plan_success, x.error) != (y.execution_success, y.plan_success, y.error):
             out.append(f"{eid}: outcome {(x.execution_success, x.plan_success, x.error)} != "
                        f"{(y.execution_success, y.plan_success, y.error)}")
@@ -362,7 +367,8 @@ def compare_traces(clean: Sequence[Any], other: Sequence[Any], tol: float = TOLE
 
 
 def sweep_overrides(*, families: Sequence[str] | None = None, per_family: int = 1, seeds: Sequence[int] = (0, 1, 2),
-                    max_steps: int = 6, workers: int = 3, max_episode_retries: int | None = None) -> list[str]:
+                    max_steps: int = 6, workers: int = 3, max_episode_retries: int | None = None,
+                    scorer_threads: int | None = None) -> list[str]:
     """``--set`` overrides of ``configs/saycan_kitchen.yaml`` for a chaos sweep (the same list serves
     :func:`load_config` here and ``groundplan eval --set`` in a subprocess, so both run the same episodes).
     MLflow is off: the sweep's result is its traces."""
@@ -372,6 +378,8 @@ def sweep_overrides(*, families: Sequence[str] | None = None, per_family: int = 
         out.append(f"tasks.families={json.dumps(list(families))}")
     if max_episode_retries is not None:
         out.append(f"runtime.max_episode_retries={max_episode_retries}")
+    if scorer_threads is not None:
+        out.append(f"runtime.scorer_threads={scorer_threads}")
     return out
 
 
@@ -525,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated episode seeds")
     ap.add_argument("--max-steps", type=int, default=5)
     ap.add_argument("--workers", type=int, default=3, help="episode-runner actors")
+    ap.add_argument("--scorer-threads", type=int, default=None,
+                    help="torch threads of the scorer (default: the config's, i.e. every core)")
     ap.add_argument("--interval", type=float, default=4.0, help="seconds between kills")
     ap.add_argument("--scorer-kills", type=int, default=2, help="kills of the LLM scorer (alternating with runners)")
     ap.add_argument("--max-faults", type=int, default=None, help="stop after this many kills (default: until the end)")
@@ -552,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = sweep_overrides(families=args.families.split(",") if args.families else None,
                                 per_family=args.per_family, seeds=[int(s) for s in args.seeds.split(",")],
                                 max_steps=args.max_steps, workers=args.workers,
-                                max_episode_retries=args.max_episode_retries)
+                                max_episode_retries=args.max_episode_retries, scorer_threads=args.scorer_threads)
     if args.address:
         ray.init(address=args.address, log_to_driver=False)
     else:

@@ -132,8 +132,8 @@ def test_eval_on_a_cluster_places_actors_by_resource_and_survives_a_lost_sim_nod
         sets: list[str] = []
     else:  # the real embedded model: the seven families' first instruction x (SayCan, No-VF), 4 steps at most
         cfg_path = ROOT / "configs" / "saycan_kitchen.yaml"
-        sets = [item for item in chaos.sweep_overrides(per_family=1, seeds=[0], max_steps=4, workers=4)
-                if not item.startswith("runtime.")] + [f"output_dir={tmp_path / 'out'}"]
+        sets = [*chaos.sweep_overrides(per_family=1, seeds=[0], max_steps=4, workers=4, scorer_threads=1),
+                f"output_dir={tmp_path / 'out'}"]
     cfg = load_config(str(cfg_path), sets)
     traces = cfg.run_dir / "traces.jsonl"
     wanted = [s.episode_id for s in expand(cfg, make_env(cfg.env))]
