@@ -20,7 +20,15 @@ def ray_local():
     """A local Ray with 4 logical CPUs per test module; workers import groundplan and tests.fakes
     from this checkout."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+    # at normal priority, as a sweep's own local Ray runs (Ray's default nice 15 starves the workers beside
+    # any other job); only ray.init sees the variable
+    before = os.environ.get("RAY_worker_niceness")
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    try:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+    finally:
+        if before is None:
+            os.environ.pop("RAY_worker_niceness", None)
     yield
     ray.shutdown()
 

@@ -606,7 +606,7 @@ class HFLanguageModel:
         indexed by position; 0 unused), reusing a :class:`_ScoredEntry`'s up to the shared prefix: only
         the positions after it (and the one before, whose logits predict the first new token) run."""
         c = len(ctx)
-        entry, m = self.scored_cache.lookup(ctx)
+        entry, m = self.scored_cache.lookup(ctx, prefer_shortest=True)
         scored = isinstance(entry, _ScoredEntry)
         if scored and m == c == len(entry):
             return entry.kv, entry.last_logits, entry.token_lp, entry.top_ids, entry.top_lp
@@ -712,7 +712,7 @@ class HFLanguageModel:
         c = min(len(s) for s in seqs) - 1
         for s in seqs[1:]:
             c = min(c, common_prefix_len(seqs[0], s))
-        entry, m = self.scored_cache.lookup(seqs[0][:c])
+        entry, m = self.scored_cache.lookup(seqs[0][:c], prefer_shortest=True)
         if isinstance(entry, _ScoredEntry) and 1 <= m < c and (c - m) * max(len(seqs) - 1, 1) <= _PACK_SLACK:
             return m
         return c

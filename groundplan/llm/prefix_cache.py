@@ -82,17 +82,20 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, tokens: Sequence[int] | np.ndarray, max_len: int | None = None) -> tuple[CacheEntry | None, int]:
-        """The entry sharing the longest prefix with ``tokens`` and that length (capped at ``max_len``); of
-        entries sharing as much, the shortest, so an entry that is exactly the shared prefix (an exact hit,
-        which needs no forward pass) wins over longer ones that would have to be copied."""
+    def lookup(self, tokens: Sequence[int] | np.ndarray, max_len: int | None = None,
+               prefer_shortest: bool = False) -> tuple[CacheEntry | None, int]:
+        """The entry sharing the longest prefix with ``tokens`` and that length (capped at ``max_len``). With
+        ``prefer_shortest``, of entries sharing as much, the shortest, so an entry that is exactly the
+        shared prefix (an exact hit, which needs no forward pass) wins over longer ones that would have to be
+        copied; without it the first found wins, as option scoring has always looked up (another entry
+        computes the same key/values along another float path, within ~1e-5)."""
         q = np.asarray(tokens, dtype=np.int64)
         cap = len(q) if max_len is None else min(max_len, len(q))
         best, best_len, best_id = None, 0, None
         with self._lock:
             for eid, entry in self._entries.items():
                 m = common_prefix_len(entry.tokens, q[:cap])
-                if m > best_len or (m and m == best_len and len(entry) < len(best)):
+                if m > best_len or (prefer_shortest and m and m == best_len and len(entry) < len(best)):
                     best, best_len, best_id = entry, m, eid
             if best_id is not None:
                 self._entries.move_to_end(best_id)
