@@ -1,7 +1,10 @@
 """Shared fixtures. The real embedded model loads once per test session (fp32 on CPU)."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +52,32 @@ def load_benchmark(monkeypatch):
         return module
 
     return load
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    """A 1-layer random BERT with all-MiniLM-L6-v2's tokenizer: a Can/Pay encoder that trains in seconds."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from groundplan.llm.loading import embedded_encoder_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tok = AutoTokenizer.from_pretrained(embedded_encoder_path("all-minilm-l6-v2"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=512)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def chaos():
+    """``benchmarks/chaos.py`` as the module ``chaos``: the fault injector, its reading of Ray's actor table
+    and its trace comparison (it runs in the test's process; workers unpickle nothing of it)."""
+    spec = importlib.util.spec_from_file_location("chaos", Path(ROOT) / "benchmarks" / "chaos.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chaos"] = module
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("chaos", None)

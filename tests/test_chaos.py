@@ -10,7 +10,6 @@ docs/fault-tolerance.md.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -31,17 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: threads stall on each other (a clean sweep of this form took 124 s with two, 46 s with one, on this machine)
 CI_FORM = {"families": ["nl_single_primitive", "nl_nouns"], "per_family": 1, "seeds": [0, 1, 2], "max_steps": 2,
            "workers": 3, "scorer_threads": 1}
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    """``benchmarks/chaos.py`` as the module ``chaos`` (workers unpickle nothing of it: it runs here)."""
-    spec = importlib.util.spec_from_file_location("chaos", ROOT / "benchmarks" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("chaos", None)
 
 
 @pytest.fixture(scope="module")

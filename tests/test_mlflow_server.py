@@ -237,23 +237,6 @@ def test_log_refuses_a_folder_that_is_not_a_sweep(tmp_path, capsys):
     assert "holds no config.json and traces.jsonl" in _text(*capsys.readouterr())
 
 
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    """A 1-layer random BERT with all-MiniLM-L6-v2's tokenizer (as in tests/test_saycanpay_models.py)."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from groundplan.llm.loading import embedded_encoder_path
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tok = AutoTokenizer.from_pretrained(embedded_encoder_path("all-minilm-l6-v2"))
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=512)).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
-
-
 @pytest.mark.slow
 def test_train_registers_a_can_model_on_the_server_and_an_eval_loads_it_by_name(server, tiny_encoder, tmp_path,
                                                                                monkeypatch, capsys):

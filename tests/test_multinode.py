@@ -12,10 +12,8 @@ the slow form runs the real embedded model on the scorer node.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -31,17 +29,6 @@ from groundplan.rollout.traces import read_traces
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def chaos():
-    """``benchmarks/chaos.py``, for its reading of Ray's actor table and its trace comparison."""
-    spec = importlib.util.spec_from_file_location("chaos", ROOT / "benchmarks" / "chaos.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["chaos"] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop("chaos", None)
 
 
 @pytest.fixture

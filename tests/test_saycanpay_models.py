@@ -20,22 +20,6 @@ from groundplan.grounding.saycanpay_data import (
 
 
 @pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    """A 1-layer random BERT with all-MiniLM-L6-v2's tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from groundplan.llm.loading import embedded_encoder_path
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tok = AutoTokenizer.from_pretrained(embedded_encoder_path("all-minilm-l6-v2"))
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=512)).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="module")
 def kitchen_data(tmp_path_factory):
     from groundplan.pipelines.kitchen_trajectories import write_kitchen_trajectories
 
