@@ -7,7 +7,7 @@ variant must choose the same skills in every episode (checked here) and scores a
 configs/saycan_kitchen.yaml restricted to SayCan and No-VF, ``--per-family`` tasks of each of the 7
 families, seeds 0-2, in-process (``run_sweep`` with the local executor) with one HF model whose prefix cache is cleared and
 re-warmed with the few-shot prompt before each variant. The memo is the scorer actor's
-(``groundplan.actors.scorer.MemoizedLM`` wraps the same ``ScoreMemo``), fresh per variant.
+(``groundplan.llm.memo.MemoizedLM`` wraps the same ``ScoreMemo``), fresh per variant.
 
 Step time = planner time per decision (``timings.plan_s``: scoring + affordance), all planners.
 
@@ -41,7 +41,7 @@ def main() -> None:
     logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
 
     from benchmarks.kitchen_sweep import saycan_kitchen_sweep
-    from groundplan.actors.scorer import MemoizedLM, ScoreMemo
+    from groundplan.llm.memo import MemoizedLM, ScoreMemo
     from groundplan.llm.hf import HFLanguageModel
     from groundplan.pipelines.sweep import run_sweep
     from groundplan.planners.saycan import load_prompt

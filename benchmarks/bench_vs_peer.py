@@ -148,7 +148,7 @@ def _clear_engine_cache(lm: Any) -> None:
 
 def run_side(side: str, cfg: Any, lm: Any) -> dict[str, Any]:
     """One cold sweep of one side, timed from start to end of ``run_sweep``."""
-    from groundplan.actors.scorer import MemoizedLM
+    from groundplan.llm.memo import MemoizedLM
     from groundplan.pipelines.sweep import run_sweep
 
     _clear_engine_cache(lm)

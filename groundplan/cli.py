@@ -171,7 +171,6 @@ def keep_planners(cfg: Any, labels: str) -> Any:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.config import load_config
-    from groundplan.pipelines.summary import render_table
     from groundplan.pipelines.sweep import run_sweep
 
     overrides = whole_task_file(args.set or [])
@@ -184,16 +183,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg = keep_planners(cfg, args.planners)
     result = run_sweep(cfg, progress=not args.no_progress, resume=not args.fresh)
     from groundplan.envs import ENVS
-    from groundplan.pipelines.summary import print_table, render_metric_table
+    from groundplan.evaluation.summary import print_table, render_metric_table
+    from groundplan.evaluation.tables import summary_table
 
-    metrics = ENVS.get(cfg.env.name).capabilities.table_measures
-    if metrics:  # env-specific metrics, e.g. Zero-Shot Planners' executability / LCS (Table 2)
-        print_table(render_metric_table(result.summary, list(metrics) + ["mean_steps"], title=f"{cfg.name}: all test tasks"), console)
-    else:
-        print_table(render_table(result.summary, title=cfg.name), console)
+    print_table(summary_table(result.summary, cfg.env.name, cfg.name), console)
     if result.best:  # planner grids: every method at its best variant (Zero-Shot Planners, A.1)
-        from groundplan.pipelines.summary import method_rows
+        from groundplan.evaluation.summary import method_rows
 
+        metrics = ENVS.get(cfg.env.name).capabilities.table_measures
         rows = method_rows(result.summary, [(p.display, p.group) for p in cfg.planners], result.best)
         shown = list(metrics) if metrics else list(dict.fromkeys([*cfg.select_by, "execution_success", "mean_steps"]))
         title = f"{cfg.name}: each grid at its best variant by {' + '.join(cfg.select_by)}"
@@ -211,6 +208,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(f"MLflow run: {result.stats['mlflow_run_id']}")
     if result.stats.get("mlflow_error"):  # the results are on disk; the logged error line says how to log them
         return 3
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from groundplan.evaluation.tables import run_tables
+
+    console.print(run_tables(args.runs, env=args.env, split=args.split), markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -412,6 +416,14 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--tracking-uri", default=None,
                     help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else SQLite under <run folder>/../mlruns)")
     lg.set_defaults(func=cmd_log)
+
+    tb = sub.add_parser("tables", help="print the table a run declares (SayCanPay's, SayNav's, or the summary), "
+                        "with n, 95%% intervals and Holm-adjusted paired tests")
+    tb.add_argument("runs", nargs="+", help="run folders (groundplan eval's output); several make one table")
+    tb.add_argument("--env", default=None, help="SayCanPay: the env whose reference plans are the experts "
+                    "(default: the traces')")
+    tb.add_argument("--split", default=None, help="SayCanPay: the env's split the runs used (default: its own)")
+    tb.set_defaults(func=cmd_tables)
 
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")

@@ -5,7 +5,9 @@ No torch, no transformers: these run in milliseconds and make planner behaviour 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -257,16 +259,26 @@ def slow_lm() -> SlowLM:
 
 
 class GatedLM(SlowLM):
-    """SlowLM whose scoring waits while ``<gate_dir>/closed`` exists, touching ``<gate_dir>/waiting`` first, so
-    a test can hold score requests pending inside the scorer (across processes) and kill it then."""
+    """SlowLM whose process answers its first ``pass_first`` score calls, then holds every further call
+    while ``<gate_dir>/closed`` exists, having written its pid to ``<gate_dir>/waiting``: a test can then
+    kill the scorer process with requests pending inside it. Counting calls (rather than closing the
+    gate from a test hook) makes a request reach the closed gate whatever the scheduling."""
 
-    def __init__(self, gate_dir: str) -> None:
+    def __init__(self, gate_dir: str, pass_first: int = 3) -> None:
         super().__init__()
         self.gate = Path(gate_dir)
+        self.pass_first = pass_first
+        self.calls = 0
+        self.lock = threading.Lock()
 
     def score_batch(self, requests):
-        if (self.gate / "closed").exists():
-            (self.gate / "waiting").touch()
+        with self.lock:
+            self.calls += 1
+            held = self.calls > self.pass_first and (self.gate / "closed").exists()
+        if held:
+            tmp = self.gate / f"waiting.{os.getpid()}"
+            tmp.write_text(str(os.getpid()))
+            tmp.replace(self.gate / "waiting")
             while (self.gate / "closed").exists():
                 time.sleep(0.01)
         return super().score_batch(requests)

@@ -134,6 +134,8 @@ def test_every_repo_path_the_manifests_and_dockerfile_name_exists():
     assert in_image and all(src.exists() for src in in_image.values()), in_image
     cluster = yaml.safe_load((CLUSTER / "ray-cluster.yaml").read_text())
     for dst, src in cluster["file_mounts"].items():
+        if src.startswith("~"):  # the launching machine's own file (the Ray token), never in the repository
+            continue
         assert (CLUSTER.parent / src).exists() or (ROOT / src).exists(), src
     for name in MANIFESTS:
         for s in _strings(yaml.safe_load((CLUSTER / name).read_text())):
@@ -143,3 +145,14 @@ def test_every_repo_path_the_manifests_and_dockerfile_name_exists():
                     path = (repo / Path(token).name) if repo else ROOT / token
                     assert path.exists(), f"{name}: {token}"
             assert "github.com" not in s, f"{name} fetches code from outside the image: {s}"
+
+
+def test_both_manifests_start_ray_with_token_authentication():
+    """Ray 2.60 clients send the token only in token mode, and a worker node does not turn it on by itself."""
+    cfg = yaml.safe_load((CLUSTER / "ray-cluster.yaml").read_text())
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in cfg[key] if "ray start" in c]
+        assert starts and all("RAY_AUTH_MODE=token" in c for c in starts), key
+    assert any(dst.endswith(".ray/auth_token") for dst in cfg["file_mounts"])
+    job = yaml.safe_load((CLUSTER / "rayjob.yaml").read_text())
+    assert job["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}

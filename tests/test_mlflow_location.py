@@ -33,3 +33,20 @@ def test_sweep_writes_nothing_to_the_working_directory_and_its_artifacts_are_rea
     assert "<html" in mlflow.artifacts.load_text(f"runs:/{run_id}/report/index.html").lower()
     assert len(mlflow.artifacts.load_text(f"runs:/{run_id}/traces.jsonl").splitlines()) == len(result.traces)
     assert list(cwd.iterdir()) == []
+
+
+def test_a_run_leaves_mlflow_tracking_uri_as_the_user_set_it(tmp_path, monkeypatch):
+    """MLflow writes the store it is given into MLFLOW_TRACKING_URI; groundplan puts the user's value back,
+    so a second run in the same process (its own output_dir) is not logged into the first run's store."""
+    import os
+
+    from groundplan.pipelines.tracking import resolve_tracking_uri, use_experiment
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = resolve_tracking_uri(tmp_path / "a")
+    use_experiment("x", tmp_path / "a", first)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    assert resolve_tracking_uri(tmp_path / "b") != first
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///" + str(tmp_path / "mine.db"))
+    use_experiment("x", tmp_path / "c", resolve_tracking_uri(tmp_path / "c", "sqlite:///" + str(tmp_path / "c.db")))
+    assert os.environ["MLFLOW_TRACKING_URI"] == "sqlite:///" + str(tmp_path / "mine.db")

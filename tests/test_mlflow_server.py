@@ -98,8 +98,8 @@ def test_a_sweep_logs_its_run_metrics_and_artifacts_through_the_server(server, t
 
 
 def test_a_tracking_server_that_is_down_fails_at_once_naming_it(tmp_path, monkeypatch, capsys):
-    """Server down at start: ``eval`` and ``train`` exit 2 with one clear line naming the URI, before a model
-    loads or a trace is written. The time bound is the behaviour under test (the first MLflow call used
+    """Server down at start: ``eval``, ``train`` and ``collect`` exit 2 with one clear line naming the URI,
+    before a model loads or a trace or trajectory is written. The time bound is the behaviour under test (the first MLflow call used
     to retry for 257 s); 30 s is loose for one refused connection. ``--no-mlflow`` runs the sweep anyway."""
     uri = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
@@ -115,13 +115,18 @@ def test_a_tracking_server_that_is_down_fails_at_once_naming_it(tmp_path, monkey
     assert took < 30, f"{took:.1f} s to report a closed port"
     assert not list((tmp_path / "out" / "down").iterdir())  # nothing ran: no config.json, no traces
 
-    t0 = time.monotonic()
-    rc = main(["train", "configs/train_can_kitchen.yaml", "--set", f"tracking_uri={uri}",
-               "--set", f"output_dir={tmp_path / 'train'}", "--no-progress"])
-    took = time.monotonic() - t0
-    out = _text(*capsys.readouterr())
-    assert rc == 2 and f"the MLflow tracking server {uri} is not reachable" in out, out
-    assert "Traceback" not in out and took < 30
+    # train (Can/Pay and the point-goal policy) and collect read MLFLOW_TRACKING_URI as eval does, and check it
+    # before the data is read or collected
+    for argv, folder in ((["train", "configs/train_can_kitchen.yaml"], "train"),
+                         (["train", "configs/train_pointnav_house.yaml"], "pointnav"),
+                         (["collect", "configs/collect_hanoi.yaml"], "collect")):
+        t0 = time.monotonic()
+        rc = main([*argv, "--set", f"output_dir={tmp_path / folder}", "--no-progress"])
+        took = time.monotonic() - t0
+        out = _text(*capsys.readouterr())
+        assert rc == 2 and f"the MLflow tracking server {uri} is not reachable" in out, (argv, out)
+        assert "Traceback" not in out and took < 30
+        assert not list((tmp_path / folder).rglob("*.parquet")), argv  # nothing was collected
 
     assert main(["eval", str(cfg), "--local", "--no-progress", "--no-mlflow"]) == 0
     assert len(list(read_traces(tmp_path / "out" / "down" / "traces.jsonl"))) == 2

@@ -63,8 +63,8 @@ def test_train_registers_a_policy_the_house_env_navigates_with(tmp_path):
 
     out = tmp_path / "out"
     cfg_path = tmp_path / "pn.yaml"
-    cfg_path.write_text("kind: pointnav\nname: pointnav-test\nexpert_episodes: 60\ndagger_rounds: 1\n"
-                        "dagger_episodes: 20\niterations: 15\neval_episodes: 12\nmax_goal_m: 5.0\n"
+    cfg_path.write_text("kind: pointnav\nname: pointnav-test\nexpert_episodes: 30\ndagger_rounds: 1\n"
+                        "dagger_episodes: 10\niterations: 4\neval_episodes: 12\nmax_goal_m: 5.0\n"
                         f"output_dir: {out}\n")
     assert main(["train", str(cfg_path), "--no-progress"]) == 0
     uri = default_tracking_uri(out)

@@ -2,6 +2,7 @@
 grounding source, and (slow) the Ray Train pipeline end to end on a tiny encoder."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -85,19 +86,19 @@ def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
     registered source; batched and one-by-one scoring agree; the batch runs one forward pass."""
     from groundplan.grounding import AFFORDANCES
     from groundplan.grounding.saycanpay import CanPayModel
-    from groundplan.pipelines.train import ensure_experiment, register_version
+    from groundplan.pipelines.tracking import use_experiment
+    from groundplan.pipelines.train import register_version
 
     import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
-    mlflow.set_tracking_uri(uri)
-    ensure_experiment("t", uri, tmp_path / "artifacts")
+    use_experiment("t", tmp_path, uri)
     with mlflow.start_run() as run:
         folder = model.save(tmp_path / "m")
         mlflow.log_artifacts(str(folder), artifact_path="model")
         register_version("can-test", f"{run.info.artifact_uri}/model", run.info.run_id, uri)
-    assert run.info.artifact_uri.startswith((tmp_path / "artifacts").as_uri())  # not ./mlruns
+    assert run.info.artifact_uri.startswith((tmp_path / "mlruns" / "artifacts").as_uri())  # not ./mlruns
     source = AFFORDANCES.get("saycanpay_learned")(can_model="models:/can-test/1", tracking_uri=uri, device="cpu")
     items = [([], "find a coke can"), (["find a coke can"], "pick up the coke can"), ([], "done")] * 4
     before = source.can.forward_calls
@@ -205,7 +206,7 @@ def test_shipped_train_configs_validate():
 
 
 def test_wilson_interval_and_tables():
-    from groundplan.pipelines.saycanpay_tables import Row, wilson_interval
+    from groundplan.evaluation.saycanpay import Row, wilson_interval
 
     lo, hi = wilson_interval(7, 10)
     assert (round(lo, 3), round(hi, 3)) == (0.397, 0.892)
@@ -217,8 +218,8 @@ def test_tables_cli_reads_several_run_dirs_and_the_envs_done_skill(tmp_path, cap
     """BabyAI's done skill is "done picking up": neither the expert's length nor a plan's counts it, and
     planners run side by side in two folders make one table."""
     pytest.importorskip("minigrid")
+    from groundplan.cli import main
     from groundplan.envs import ENVS
-    from groundplan.pipelines.saycanpay_tables import main
     from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
     opts = {"test_per_family": 1, "train_per_family": 1, "generalize_per_family": 1}
@@ -232,7 +233,9 @@ def test_tables_cli_reads_several_run_dirs_and_the_envs_done_skill(tmp_path, cap
         trace = EpisodeTrace(f"e{label}", label, "babyai", task.task_id, task.family, task.instruction, 0, "fake",
                              steps=steps, execution_success=ok)
         (d / "traces.jsonl").write_text(trace.to_json() + "\n")
-    assert main([str(tmp_path / "A"), str(tmp_path / "B"), "--split", "test"]) == 0
+        (d / "config.json").write_text(json.dumps({"env": {"name": "babyai"}, "planners": [{"name": "saycanpay",
+                                                                                            "label": label}]}))
+    assert main(["tables", str(tmp_path / "A"), str(tmp_path / "B"), "--split", "test"]) == 0
     out = capsys.readouterr().out
     n = len(expert) - 1
     assert f"| A | 1 | 100% [21, 100] | 100% [21, 100] | {n:.1f} | 0 |" in out  # the expert's length: cost-effective
@@ -241,7 +244,7 @@ def test_tables_cli_reads_several_run_dirs_and_the_envs_done_skill(tmp_path, cap
 
 def test_paired_comparison_of_cost_effectiveness():
     """Table 4's measure is paired like success: same success, but only the shorter plan is cost-effective."""
-    from groundplan.pipelines.saycanpay_tables import paired, with_cost_effectiveness
+    from groundplan.evaluation.saycanpay import paired, with_cost_effectiveness
     from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
     def trace(planner, task, plan, ok):
@@ -273,7 +276,7 @@ def test_oracle_can_names_a_registered_env():
 
 
 def test_paired_comparison_counts_discordant_episodes():
-    from groundplan.pipelines.saycanpay_tables import paired
+    from groundplan.evaluation.saycanpay import paired
     from groundplan.rollout.traces import EpisodeTrace
 
     def trace(planner, task, ok):
@@ -289,6 +292,6 @@ def test_paired_comparison_counts_discordant_episodes():
 
 
 def test_small_p_values_keep_their_digits():
-    from groundplan.pipelines.saycanpay_tables import format_p
+    from groundplan.evaluation.saycanpay import format_p
 
     assert format_p(0.1849) == "0.18" and format_p(6.1e-5) == "6.1e-05"

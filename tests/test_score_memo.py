@@ -8,8 +8,9 @@ import functools
 
 import pytest
 
-from groundplan.actors.scorer import DynamicBatcher, LLMScorer, MemoizedLM, ScoreMemo, memoized_score_batch
+from groundplan.actors.scorer import DynamicBatcher, LLMScorer
 from groundplan.core.errors import InvalidInputError
+from groundplan.llm.memo import MemoizedLM, ScoreMemo, memoized_score_batch
 from tests.fakes import FakeLM, hashed_logprob, small_kitchen_config, with_runtime
 
 HASHED = functools.partial(FakeLM, hashed_logprob)

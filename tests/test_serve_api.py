@@ -149,3 +149,16 @@ def test_request_text_is_never_evaluated():
     assert r.status_code == 200 and r.json()["instruction"] == evil
     import os
     assert not os.path.exists("/tmp/gp-serve-pwned")
+
+
+@pytest.mark.parametrize("memo_size, computed", [(200_000, 1), (0, 2)])
+def test_a_repeated_score_request_is_served_from_the_memo_unless_it_is_off(memo_size, computed):
+    """Serve's scorer keeps the same score memo as eval's scorer actor (``scorer.memo_size``)."""
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], scorer={"memo_size": memo_size},
+                      viewer_dir=None)
+    lm = FakeLM.following(PLAN)
+    c = TestClient(build_api(cfg, LocalBackend(cfg, lm), llm_name="fake-lm"))
+    body = {"prompt": "Robot: 1.", "options": [" find a coke can", " done"]}
+    first, second = (c.post("/v1/score", json=body).json()["options"] for _ in range(2))
+    assert first == second
+    assert len(lm.score_calls) == computed

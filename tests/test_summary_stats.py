@@ -12,7 +12,7 @@ import pytest
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import holm_adjust
-from groundplan.pipelines.summary import (
+from groundplan.evaluation.summary import (
     ALL,
     mcnemar_exact,
     paired_tests,
@@ -161,7 +161,7 @@ def _scp_trace(planner: str, i: int, ok: bool, actions_from: str | None = None) 
 def test_scp_tables_call_significant_only_after_holm():
     """X beats Y 9 to 1 (raw p = 22/1024 = 0.021) and Z = X: the family of 3 lines adjusts the two 0.021s to
     0.064 and 0.043 -> 0.064 (running maximum), so neither is significant at 0.05."""
-    from groundplan.pipelines.saycanpay_tables import paired
+    from groundplan.evaluation.saycanpay import paired
 
     x = [i < 9 for i in range(10)]
     traces = [_scp_trace(row, i, ok if row != "Y" else not ok) for row in "XYZ" for i, ok in enumerate(x)]
@@ -177,7 +177,7 @@ def test_scp_tables_call_significant_only_after_holm():
 def test_scp_tables_refuse_a_decoder_comparison_that_is_not_like_for_like():
     """A Beam-Action row offered the first observation's actions is not compared with a Greedy row in an env
     whose list changes (BabyAI); one offered its beams' predicted lists is; scores within Beam-Action are."""
-    from groundplan.pipelines.saycanpay_tables import lists_fixed_actions, not_like_for_like, paired_report
+    from groundplan.evaluation.saycanpay import lists_fixed_actions, not_like_for_like, paired_report
 
     ga = [_scp_trace("GA-SCP", i, i < 2) for i in range(12)]
     first = [_scp_trace("BA-SCP", i, True, "first observation") for i in range(12)]

@@ -3,7 +3,7 @@ Parquet, resumable and exactly once (SayCanPay Sec. 4/6: N expert trajectories p
 
 The driver lists each split's deterministic tasks, drops the trajectory ids already stored (a rerun
 resumes), and hands the rest to a pool of :class:`~groundplan.actors.collect_worker.CollectWorker`
-actors (one env each) through ``ray.wait``. Each finished trajectory is appended at once to the
+actors (one env each; :class:`~groundplan.actors.pool.ActorPool`). Each finished trajectory is appended at once to the
 store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose worker died is rerun on a
 fresh worker (up to ``max_retries``); an episode that raised is logged and left for the next run. At
 the end the dataset is logged to MLflow (schema, counts per split) with the tracking store under the
@@ -12,9 +12,8 @@ output folder.
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +21,7 @@ from typing import Any, Callable
 from tqdm.auto import tqdm
 
 from groundplan.actors.collect_worker import CollectItem, CollectWorker
+from groundplan.actors.pool import ActorPool, is_app_error
 from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples
@@ -90,6 +90,11 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
     ``fresh`` deletes the stored shards first. Test hooks: ``stop_after`` raises
     :class:`CollectInterrupted` after that many appends (the open journal is left as a crash leaves
     it); ``fault`` is passed to the workers (see :meth:`CollectWorker._maybe_crash`)."""
+    if cfg.mlflow:  # a tracking server that is down fails now, not after the collection
+        from groundplan.pipelines.tracking import check_tracking_server, resolve_tracking_uri
+
+        check_tracking_server(resolve_tracking_uri(cfg.output_dir),
+                              hint="collect without tracking (mlflow: false in the collect config)")
     data_dir = cfg.data_dir
     if fresh and data_dir.exists():
         for f in data_dir.iterdir():
@@ -143,8 +148,11 @@ def _run_local(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectIte
 
 def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
              result: CollectResult, fault: dict[str, str] | None) -> None:
+    """``todo`` over a pool of ``cfg.workers`` :class:`CollectWorker` actors; rows reach ``sink`` in this
+    thread. A worker that died (``max_restarts=0``) is replaced and its trajectory rerun, at most
+    ``cfg.max_retries`` times; a trajectory that raised is recorded in ``result.errors`` and not rerun
+    (it would raise again; the next run retries it)."""
     import ray
-    from ray.exceptions import RayActorError, RayTaskError
 
     started = connect(cfg.ray_address, cfg.workers * cfg.worker_cpus)
     remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
@@ -152,66 +160,37 @@ def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem]
     def spawn() -> Any:
         return remote.remote(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault, cfg.max_admissible)
 
-    n = min(cfg.workers, len(todo))
-    actors = [spawn() for _ in range(n)]
-    pending = deque(todo)
-    attempts: Counter[str] = Counter()
-    inflight: dict[Any, tuple[int, CollectItem]] = {}
-
-    def submit(i: int) -> None:
-        if pending:
-            item = pending.popleft()
-            inflight[actors[i].run.remote(item)] = (i, item)
+    def failed_attempt(item: CollectItem, exc: BaseException, attempt: int, will_retry: bool) -> None:
+        if will_retry:
+            log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempt)
+            result.reruns += 1
 
     try:
-        for i in range(n):
-            submit(i)
-        while inflight:
-            ready, _ = ray.wait(list(inflight), num_returns=1)
-            i, item = inflight.pop(ready[0])
-            try:
-                row = ray.get(ready[0])
-            except RayActorError as e:  # the worker died: rerun the episode on a fresh one
-                attempts[item.traj_id] += 1
-                ray.kill(actors[i])
-                actors[i] = spawn()
-                if attempts[item.traj_id] <= cfg.max_retries:
-                    log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempts[item.traj_id])
-                    result.reruns += 1
-                    pending.appendleft(item)
+        with ActorPool(spawn, min(cfg.workers, len(todo)), max_retries=cfg.max_retries,
+                       retry_app_errors=False) as pool:
+            for out in pool.run(todo, lambda worker, item: worker.run.remote(item), on_failure=failed_attempt):
+                item = out.item
+                if out.ok:
+                    sink(out.value)
+                    continue
+                e = out.errors[-1]
+                if is_app_error(e):  # an env or expert error: recorded, retried by the next run
+                    result.errors.append(f"{item.traj_id}: {e.cause!r}")  # type: ignore[attr-defined]
+                    log.warning("trajectory %s failed: %s", item.traj_id, e.cause)  # type: ignore[attr-defined]
                 else:
-                    result.errors.append(f"{item.traj_id}: worker died {attempts[item.traj_id]} times ({e})")
-                submit(i)
-                continue
-            except RayTaskError as e:
-                result.errors.append(f"{item.traj_id}: {e.cause!r}")
-                log.warning("trajectory %s failed: %s", item.traj_id, e.cause)
-                submit(i)
-                continue
-            submit(i)
-            sink(row)
+                    result.errors.append(f"{item.traj_id}: worker died {len(out.errors)} times ({e})")
     finally:
-        for a in actors:
-            ray.kill(a)
         if started:
             ray.shutdown()
-
-
-def tracking_uri(cfg: CollectConfig) -> str:
-    folder = Path(cfg.output_dir).resolve() / "mlruns"
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder / 'mlflow.db'}"
 
 
 def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
     """Log the dataset to MLflow: params, counts and successes per split, the schema, a dataset input."""
     import mlflow
 
-    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or tracking_uri(cfg))
-    if mlflow.get_experiment_by_name(cfg.name) is None:  # artifacts beside the store, not in the cwd
-        artifacts = (Path(cfg.output_dir).resolve() / "mlruns" / "artifacts").as_uri()
-        mlflow.create_experiment(cfg.name, artifact_location=artifacts)
-    mlflow.set_experiment(cfg.name)
+    from groundplan.pipelines.tracking import resolve_tracking_uri, use_experiment
+
+    use_experiment(cfg.name, cfg.output_dir, resolve_tracking_uri(cfg.output_dir))
     with mlflow.start_run(run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}") as run:
         mlflow.log_params({"env": cfg.env.name, "env_options": str(cfg.env.options)[:500],
                            "source": source_label(cfg), "splits": ",".join(cfg.splits), "workers": cfg.workers,

@@ -7,14 +7,14 @@ in where the :class:`~groundplan.rollout.runner.EpisodeRunner` lives:
 - :class:`LocalExecutor`: one runner in this process (``--local``, tests, debugging);
 - :class:`RayExecutor`: ``runtime.workers`` runner actors, each owning ``runtime.envs_per_worker`` envs
   (one episode per env at a time), and ``runtime.scorers``
-  LLM scorer actors that batch the score requests of every episode in flight. A runner that dies
-  mid-episode is restarted (or replaced) and the episode rerun from reset, at most
-  ``runtime.max_episode_retries`` times, after which it is recorded as failed with the error; a scorer
-  that dies is restarted by Ray and its pending requests resent (``max_task_retries``).
+  LLM scorer actors that batch the score requests of every episode in flight. The runners form an
+  :class:`~groundplan.actors.pool.ActorPool`: a runner that dies mid-episode is restarted by Ray (or
+  replaced) and the episode rerun from reset, at most ``runtime.max_episode_retries`` times, after which
+  it is recorded as failed with the error; a scorer that dies is restarted by Ray and its pending
+  requests resent (``max_task_retries``).
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import logging
@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from groundplan.actors.pool import ActorPool, error_text
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import LanguageModel
@@ -109,17 +110,19 @@ class RayExecutor:
             ids = itertools.count()
 
             def new_runner() -> Any:
-                actor = make_runner_actor(cfg.env, scorers, lm_name, cfg.max_steps, cfg.hash(), worker_id=next(ids),
-                                          num_cpus=rt.worker_cpus, resources=rt.worker_resources or None,
-                                          call_timeout_s=rt.call_timeout_s, affordance_server=aff,
-                                          trace_llm=cfg.llm.model, envs=envs)
-                actors.append(actor)
-                return actor
+                return make_runner_actor(cfg.env, scorers, lm_name, cfg.max_steps, cfg.hash(), worker_id=next(ids),
+                                         num_cpus=rt.worker_cpus, resources=rt.worker_resources or None,
+                                         call_timeout_s=rt.call_timeout_s, affordance_server=aff,
+                                         trace_llm=cfg.llm.model, envs=envs)
 
-            runners = [new_runner() for _ in range(n_workers)]
-            wait_for_actors([r.info.remote() for r in runners], "episode runners", rt.start_timeout_s)
-            ctx = {"scorers": scorers, "runners": runners, "stats": stats}
-            asyncio.run(self._coordinate(specs, runners, new_runner, in_flight, on_result, stats, ctx))
+            # any exception from a runner is infrastructure (run_episode records the planner's own), so
+            # every failed call is rerun; a runner that answers ``info`` after a failure was restarted by Ray
+            with ActorPool(new_runner, n_workers, slots_per_actor=envs, max_in_flight=in_flight,
+                           max_retries=rt.max_episode_retries, retry_app_errors=True,
+                           call_timeout_s=rt.call_timeout_s, is_alive=lambda r: r.info.remote()) as pool:
+                wait_for_actors([r.info.remote() for r in pool.actors], "episode runners", rt.start_timeout_s)
+                ctx = {"scorers": scorers, "runners": pool.actors, "stats": stats}
+                self._coordinate(specs, pool, on_result, stats, ctx)
             stats["scorer"] = merge_scorer_stats(ray.get([s.stats.remote() for s in scorers]))
             if aff is not None:
                 stats["affordance_server"] = ray.get(aff.stats.remote())
@@ -133,68 +136,32 @@ class RayExecutor:
                 ray.shutdown()
         return stats
 
-    async def _coordinate(self, specs: list[EpisodeSpec], runners: list[Any], new_runner: Callable[[], Any],
-                          in_flight: int, on_result: OnResult, stats: dict[str, Any], ctx: dict[str, Any]) -> None:
-        """``in_flight`` lanes each take the next episode, lease a runner and await its result."""
-        import ray
-
-        pool: asyncio.Queue[Any] = asyncio.Queue()
-        for _ in range(self.rt.envs_per_worker):  # one slot per env: a runner plays that many episodes at once
-            for r in runners:
-                pool.put_nowait(r)
-        queue = list(reversed(specs))
+    def _coordinate(self, specs: list[EpisodeSpec], pool: ActorPool, on_result: OnResult, stats: dict[str, Any],
+                    ctx: dict[str, Any]) -> None:
+        """Every episode through the runner pool: results to ``on_result`` (and the ``on_episode`` hook,
+        which sees the live runners in ``ctx["runners"]``) as they finish; an episode that still fails after
+        ``runtime.max_episode_retries`` reruns is recorded as an infrastructure failure."""
         retries = self.rt.max_episode_retries
-        replaced: dict[int, Any] = {}  # a dead runner's slots all move to the one runner that replaced it
 
-        async def heal(runner: Any) -> Any:
-            """The runner if Ray restarted it, else a fresh one."""
-            if id(runner) in replaced:
-                return replaced[id(runner)]
-            try:
-                await asyncio.wait_for(runner.info.remote(), timeout=60)
-                return runner
-            except Exception as exc:
-                if id(runner) in replaced:  # another slot of this runner replaced it meanwhile
-                    return replaced[id(runner)]
-                log.warning("episode runner is gone (%s); starting a new one", type(exc).__name__)
-                try:
-                    ray.kill(runner, no_restart=True)
-                except Exception:
-                    pass
-                fresh = new_runner()
-                replaced[id(runner)] = fresh
-                ctx["runners"] = [r for r in ctx["runners"] if r is not runner] + [fresh]
-                return fresh
-
-        async def run_one(spec: EpisodeSpec) -> EpisodeResult:
-            errors: list[str] = []
-            while True:
-                runner = await pool.get()
-                try:
-                    result = await asyncio.wait_for(runner.run.remote(spec), timeout=self.rt.call_timeout_s)
-                    pool.put_nowait(runner)
-                    return result
-                except Exception as exc:  # the actor died or a dependency did: infrastructure, not the planner
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    errors.append(f"{type(exc).__name__}: {first}")
-                    log.warning("episode %s: %s (attempt %d of %d)", spec.episode_id, errors[-1], len(errors), retries + 1)
-                    pool.put_nowait(await heal(runner))
-                if len(errors) > retries:
-                    stats["failed_after_retries"] += 1
-                    return EpisodeResult(failed_trace(spec, self.cfg.env.name, self.cfg.llm.model, self.cfg.hash(),
-                                                      f"infrastructure failed {len(errors)} times; last: {errors[-1]}"))
+        def failed_attempt(spec: EpisodeSpec, exc: BaseException, attempt: int, will_retry: bool) -> None:
+            log.warning("episode %s: %s (attempt %d of %d)", spec.episode_id, error_text(exc), attempt, retries + 1)
+            if will_retry:
                 stats["episode_reruns"] += 1
                 stats["rerun_episodes"].append(spec.episode_id)  # which ones: a fault report names them
 
-        async def lane() -> None:
-            while queue:
-                spec = queue.pop()
-                result = await run_one(spec)
-                on_result(spec, result)
-                if self.on_episode is not None:
-                    self.on_episode(result.trace, ctx)
-
-        await asyncio.gather(*(lane() for _ in range(in_flight)))
+        for out in pool.run(specs, lambda runner, spec: runner.run.remote(spec), on_failure=failed_attempt):
+            spec = out.item
+            if out.ok:
+                result = out.value
+            else:
+                stats["failed_after_retries"] += 1
+                result = EpisodeResult(failed_trace(spec, self.cfg.env.name, self.cfg.llm.model, self.cfg.hash(),
+                                                    f"infrastructure failed {len(out.errors)} times; "
+                                                    f"last: {error_text(out.errors[-1])}"))
+            on_result(spec, result)
+            if self.on_episode is not None:
+                ctx["runners"] = pool.actors  # a replaced runner's successor, for hooks that kill runners
+                self.on_episode(result.trace, ctx)
 
 
 def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool = False) -> bool:

@@ -53,7 +53,8 @@ class PointNavTrainConfig(BaseModel):
                                                 "distribution (breaks the loops a memoryless greedy policy falls into)")
     eval_episodes: int = Field(200, ge=1, description="point-goal episodes per evaluation (each round's on "
                                "eval_seeds, the final report on test_seeds)")
-    num_env_workers: int = Field(2, ge=1, description="Ray tasks that roll out episodes in parallel")
+    num_env_workers: int = Field(2, ge=1, description="rollout actors (one fault-aware pool) that roll out "
+                                 "episodes in parallel")
     seed: int = Field(0, ge=0, description="seeds episode sampling and DAgger's expert coin")
     output_dir: str = Field("outputs/train", description="<output_dir>/<name>/ holds the data and the model; the "
                             "MLflow store defaults to <output_dir>/mlruns/mlflow.db")

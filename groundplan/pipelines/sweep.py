@@ -37,7 +37,7 @@ from groundplan.envs.base import Env
 from groundplan.factory import make_env, make_llm
 from groundplan.llm import LanguageModel
 from groundplan.pipelines.executors import Executor, LocalExecutor, RayExecutor
-from groundplan.pipelines.summary import SummaryRow, select_best, summarize, summary_document
+from groundplan.evaluation.summary import SummaryRow, select_best, summarize, summary_document
 from groundplan.rollout.frames import write_frames
 from groundplan.rollout.runner import EpisodeResult, EpisodeSpec
 from groundplan.rollout.traces import EpisodeTrace, read_traces, write_traces
@@ -243,7 +243,7 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None) -> str:
         bounded_http_retries,
         check_tracking_server,
         log_sweep,
-        sweep_tracking_uri,
+        resolve_tracking_uri,
     )
 
     folder = Path(run_dir).resolve()
@@ -254,7 +254,7 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None) -> str:
     data = json.loads(config_path.read_text())
     data["output_dir"] = str(folder.parent)  # where the folder is now, wherever the sweep ran
     cfg = EvalConfig.model_validate(data)
-    uri = sweep_tracking_uri(cfg.output_dir, tracking_uri)
+    uri = resolve_tracking_uri(cfg.output_dir, tracking_uri)
     check_tracking_server(uri, hint="set MLFLOW_TRACKING_URI to a store that runs")
     result = collect_results(cfg, expand(cfg, make_env(cfg.env)), traces_path, ran=0, stats={})
     if not result.traces:

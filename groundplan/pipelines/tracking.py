@@ -52,9 +52,9 @@ def default_tracking_uri(output_dir: str | Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
-def sweep_tracking_uri(output_dir: str | Path, tracking_uri: str | None = None) -> str:
-    """Where a sweep is logged: ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the SQLite store
-    under ``<output_dir>/mlruns``."""
+def resolve_tracking_uri(output_dir: str | Path, tracking_uri: str | None = None) -> str:
+    """Where a run (sweep, dataset, training) is logged: ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else
+    the SQLite store under ``<output_dir>/mlruns``."""
     return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(output_dir)
 
 
@@ -63,14 +63,31 @@ def is_server_uri(uri: str | None) -> bool:
     return bool(uri) and uri.split("://", 1)[0].lower() in ("http", "https")
 
 
-def use_experiment(name: str, output_dir: str | Path, tracking_uri: str | None = None) -> str:
-    """Select (creating it if needed) the experiment ``name``: its artifacts under ``<output_dir>/mlruns``
-    for a local store, where the server keeps them for a tracking server."""
+def use_experiment(name: str, output_dir: str | Path, tracking_uri: str) -> str:
+    """Make ``tracking_uri`` MLflow's tracking and registry store and select (creating it if needed) the
+    experiment ``name``: its artifacts under ``<output_dir>/mlruns/artifacts`` for a local store (a
+    SQLite store's default artifact root is ./mlruns in the working directory), where the server keeps
+    them for a tracking server (a local folder would be on the logging machine only)."""
     import mlflow
 
+    # MLflow also writes the URI into this process's MLFLOW_TRACKING_URI (and MLFLOW_REGISTRY_URI) for its
+    # subprocesses; left there, the next run in the same process would take the last store used for the
+    # user's own setting (resolve_tracking_uri reads that variable), so the variables are put back
+    before = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is None:
-        location = None if is_server_uri(tracking_uri) else (Path(output_dir).resolve() / "mlruns" / "artifacts").as_uri()
+        location = None
+        if not is_server_uri(tracking_uri):
+            folder = Path(output_dir).resolve() / "mlruns" / "artifacts"
+            folder.mkdir(parents=True, exist_ok=True)
+            location = folder.as_uri()
         experiment_id = mlflow.create_experiment(name, artifact_location=location)
     else:
         experiment_id = experiment.experiment_id
@@ -184,11 +201,11 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
     """Log an :class:`~groundplan.pipelines.sweep.EvalResult` as one MLflow run; returns the run id."""
     import mlflow
 
-    from groundplan.pipelines.summary import render_table, render_text
+    from groundplan.evaluation.summary import render_text
+    from groundplan.evaluation.tables import summary_table
 
     cfg = result.config
-    uri = sweep_tracking_uri(cfg.output_dir, tracking_uri)
-    mlflow.set_tracking_uri(uri)
+    uri = resolve_tracking_uri(cfg.output_dir, tracking_uri)
     use_experiment(cfg.name, cfg.output_dir, uri)
     params = {k: str(v)[:500] for k, v in flatten(cfg.model_dump()).items()}
     params["config_hash"] = cfg.hash()
@@ -228,7 +245,7 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         except Exception as exc:  # the report is a convenience; the traces are logged above
             log.warning("could not render the HTML report: %s", exc)
         try:
-            mlflow.log_text(render_text(render_table(result.summary, title=cfg.name)), "summary_table.txt")
+            mlflow.log_text(render_text(summary_table(result.summary, cfg.env.name, cfg.name)), "summary_table.txt")
         except Exception as exc:  # the table is a convenience; the numbers are in summary.json
             log.warning("could not render the summary table: %s", exc)
         return run.info.run_id
@@ -238,7 +255,7 @@ def log_sweep_or_explain(result: Any, tracking_uri: str | None = None) -> str | 
     """:func:`log_sweep` with MLflow's retries bounded; when logging fails (the server went away during
     the sweep), the traces and summary are already on disk, so one error line says so and how to log
     them later, ``result.stats["mlflow_error"]`` records the reason, and None is returned."""
-    uri = sweep_tracking_uri(result.config.output_dir, tracking_uri)
+    uri = resolve_tracking_uri(result.config.output_dir, tracking_uri)
     try:
         with bounded_http_retries():
             return log_sweep(result, tracking_uri=uri)

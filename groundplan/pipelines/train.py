@@ -52,14 +52,6 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     return load_yaml_model(TrainConfig, path, overrides, "training config")
 
 
-def tracking_uri_for(cfg: TrainConfig) -> str:
-    if cfg.tracking_uri:
-        return cfg.tracking_uri
-    from groundplan.pipelines.tracking import default_tracking_uri
-
-    return default_tracking_uri(cfg.output_dir)
-
-
 def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, int]]:
     """(train examples, validation examples, counts) for the config's model kind."""
     from groundplan.grounding.saycanpay_data import (
@@ -233,25 +225,6 @@ def train_loop(config: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------ driver
-def ensure_experiment(name: str, tracking_uri: str, artifacts: Path) -> None:
-    """Use experiment ``name``, creating it with its artifacts under the output folder (a SQLite store's
-    default artifact root is ./mlruns in the working directory); a tracking server keeps them where it
-    serves them from, since a local folder would be on the training machine only."""
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    from groundplan.pipelines.tracking import is_server_uri
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    if client.get_experiment_by_name(name) is None:
-        if is_server_uri(tracking_uri):
-            client.create_experiment(name)
-        else:
-            artifacts.mkdir(parents=True, exist_ok=True)
-            client.create_experiment(name, artifact_location=artifacts.resolve().as_uri())
-    mlflow.set_experiment(name)
-
-
 def register_version(name: str, source: str, run_id: str, tracking_uri: str):
     """A new version of registered model ``name`` whose files are the run's ``model`` artifact folder.
 
@@ -271,10 +244,11 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     """Train, log to MLflow, register; see the module docstring. A tracking server that does not answer
     fails here, before the data is read or a model built (once training runs, MLflow's own retries ride
     out a server's short absence)."""
-    from groundplan.pipelines.tracking import check_tracking_server
+    from groundplan.pipelines.tracking import check_tracking_server, resolve_tracking_uri, use_experiment
 
-    check_tracking_server(cfg.tracking_uri, hint="leave tracking_uri unset to register in the SQLite store under "
-                          "output_dir")
+    tracking_uri = resolve_tracking_uri(cfg.output_dir, cfg.tracking_uri)
+    check_tracking_server(tracking_uri, hint="leave tracking_uri and MLFLOW_TRACKING_URI unset to register in the "
+                          "SQLite store under output_dir")
     import mlflow
     import ray
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
@@ -286,10 +260,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     log.info("%s: %s", cfg.name, counts)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     run_root.mkdir(parents=True, exist_ok=True)
-    tracking_uri = tracking_uri_for(cfg)
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    ensure_experiment(cfg.experiment, tracking_uri, run_root.parent / "mlruns" / "artifacts")
+    use_experiment(cfg.experiment, cfg.output_dir, tracking_uri)
     with mlflow.start_run(run_name=cfg.name) as run:
         params = {k: v for k, v in flatten(cfg.model_dump()).items() if k != "data"}
         params["data"] = ",".join(cfg.data)[:500]

@@ -4,7 +4,7 @@ SayNav (Sec. 3.5) learns its low-level PointNav policy by imitating a shortest-p
 The driver here:
 
 1. rolls out the expert (:func:`~groundplan.envs.house.gym_env.expert_action`) in
-   :class:`~groundplan.envs.house.gym_env.HousePointNavEnv` with Ray tasks in parallel, and writes
+   :class:`~groundplan.envs.house.gym_env.HousePointNavEnv` on the actors of an :class:`~groundplan.actors.pool.ActorPool` in parallel, and writes
    (obs, expert action, ...) rows to Parquet in RLlib's column format;
 2. trains RLlib's ``BC`` (new API stack: Ray Data feeds the Learner) on all rows so far;
 3. scores the policy on held-out houses (point-goal SR and SPL, with 95% intervals) to pick the best
@@ -119,20 +119,34 @@ def _shards(seeds: list[int], n: int) -> list[list[int]]:
 def parallel_rollouts(cfg: PointNavTrainConfig, seeds: list[int], env_seeds: tuple[int, int], policy: Any = None,
                       beta: float = 1.0, rng_seed: int = 0, record: bool = True, astar: bool = False,
                       sample: bool = False) -> tuple[dict[str, list], list[dict[str, float]]]:
-    """Episodes split over ``num_env_workers`` Ray tasks (the sim workers), merged in seed order."""
+    """Episodes split into ``num_env_workers`` seed shards, played by as many sim-worker actors (an
+    :class:`~groundplan.actors.pool.ActorPool`: a shard whose worker died is replayed on a fresh one, as
+    Ray's task retries did) and merged in shard order, then sorted by seed. Shard ``k`` always gets
+    ``rng_seed + k``, so the rows do not depend on which worker played it, nor on reruns."""
     import ray
 
+    from groundplan.actors.pool import ActorPool, function_actor_factory
+
     kw = env_kwargs(cfg, env_seeds)
+    shards = _shards(seeds, cfg.num_env_workers)
+    if not shards:
+        return {c: [] for c in COLUMNS}, []
     if astar:
-        task = ray.remote(astar_episodes)
-        refs = [task.remote(kw, shard) for shard in _shards(seeds, cfg.num_env_workers)]
-        parts = [({}, s) for s in ray.get(refs)]
+        def call(worker: Any, job: tuple[int, list[int]]) -> Any:
+            return worker.call.remote(astar_episodes, kw, job[1])
     else:
-        task = ray.remote(rollout_episodes)
         policy_ref = ray.put(policy) if policy is not None else None
-        refs = [task.remote(kw, shard, policy_ref, beta, rng_seed + k, record, sample)
-                for k, shard in enumerate(_shards(seeds, cfg.num_env_workers))]
-        parts = ray.get(refs)
+
+        def call(worker: Any, job: tuple[int, list[int]]) -> Any:
+            k, shard = job
+            return worker.call.remote(rollout_episodes, kw, shard, policy_ref, beta, rng_seed + k, record, sample)
+
+    parts: list[Any] = [None] * len(shards)
+    with ActorPool(function_actor_factory(), len(shards), max_retries=3) as pool:
+        for out in pool.run(list(enumerate(shards)), call):
+            if not out.ok:  # a rollout that raised (or a worker that kept dying): training cannot go on
+                raise out.errors[-1]
+            parts[out.index] = ({}, out.value) if astar else out.value
     rows: dict[str, list] = {c: [] for c in COLUMNS}
     stats: list[dict[str, float]] = []
     for r, s in parts:
@@ -241,16 +255,17 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
 
     from groundplan.envs.house.learned_nav import META, MODULE_DIR
     from groundplan.pipelines.executors import connect
-    from groundplan.pipelines.tracking import default_tracking_uri, flatten
-    from groundplan.pipelines.train import ensure_experiment, register_version
+    from groundplan.pipelines.tracking import check_tracking_server, flatten, resolve_tracking_uri, use_experiment
+    from groundplan.pipelines.train import register_version
+
+    tracking_uri = resolve_tracking_uri(cfg.output_dir, cfg.tracking_uri)
+    check_tracking_server(tracking_uri, hint="leave tracking_uri and MLFLOW_TRACKING_URI unset to register in the "
+                          "SQLite store under output_dir")
 
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     data_dir = run_root / "data"
     shutil.rmtree(data_dir, ignore_errors=True)  # each run collects its own rounds: no stale rows
-    tracking_uri = cfg.tracking_uri or default_tracking_uri(cfg.output_dir)
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    ensure_experiment(cfg.experiment, tracking_uri, Path(cfg.output_dir).resolve() / "mlruns" / "artifacts")
+    use_experiment(cfg.experiment, cfg.output_dir, tracking_uri)
     rng = np.random.default_rng(cfg.seed)
     lo, hi = cfg.train_seeds
     eval_seeds = episode_seeds(cfg.eval_seeds, cfg.eval_episodes, cfg.seed + 1)

@@ -55,11 +55,13 @@ class Scorer:
     def __init__(self, config: dict[str, Any], lm_factory: Callable[[], LanguageModel] | None = None) -> None:
         from groundplan.actors.scorer import import_plugins
         from groundplan.factory import make_llm
+        from groundplan.llm.memo import with_memo
         from groundplan.serve.service import ScoreService
 
         import_plugins()  # a backend registered by a module of one's own ($GROUNDPLAN_PLUGINS), as in eval
         cfg = ServeConfig.model_validate(config)
         self.lm = lm_factory() if lm_factory is not None else make_llm(cfg.llm)
+        self.scoring = with_memo(self.lm, cfg.scorer.memo_size)  # option scores, shared by every caller
         self.scores = ScoreService(cfg, self.lm)
         self._batched.set_max_batch_size(cfg.scorer.max_batch_size)
         self._batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
@@ -68,7 +70,7 @@ class Scorer:
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
     async def _batched(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
-        results = await asyncio.to_thread(self.lm.score_batch, [(p, o) for p, o in requests])
+        results = await asyncio.to_thread(self.scoring.score_batch, [(p, o) for p, o in requests])
         return [{"options": [dataclasses.asdict(s) for s in r], "batch_size": len(requests)} for r in results]
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:

@@ -71,6 +71,9 @@ class ScorerSpec(DeploymentSpec):
 
     max_batch_size: int = Field(8, ge=1, le=256, description="score requests per batch")
     batch_wait_timeout_s: float = Field(0.01, ge=0, le=1, description="how long a batch waits to fill")
+    memo_size: int = Field(200_000, ge=0, description="(prompt, option) scores each replica keeps for reuse, "
+                           "as eval's scorer does (groundplan.llm.memo; a hit equals a fresh computation within "
+                           "~1e-5; 0 disables the memo)")
 
     @model_validator(mode="after")
     def _enough_ongoing(self) -> "ScorerSpec":

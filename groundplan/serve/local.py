@@ -8,6 +8,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from groundplan.llm.base import GenerationParams, LanguageModel, PromptLogprobs
+from groundplan.llm.memo import with_memo
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.service import PlannerService, ScoreService, local_store
 
@@ -22,6 +23,7 @@ class LocalBackend:
         from groundplan.serve.openai_api import prompt_logprobs_batch
 
         self.lm = lm
+        self.scoring = with_memo(lm, config.scorer.memo_size)  # option scores, as the Serve app's scorer keeps
         self.scores = ScoreService(config, lm)
         self.planners = PlannerService(config, lm, local_store(config))
         self._echo = DynamicBatcher(lambda requests: prompt_logprobs_batch(lm, requests),
@@ -30,7 +32,7 @@ class LocalBackend:
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         self.scores.check(prompt, options)
-        result = await run_in_threadpool(self.lm.score, prompt, options)
+        result = await run_in_threadpool(self.scoring.score, prompt, options)
         return {"model": self.lm.name, "options": [dataclasses.asdict(s) for s in result], "batch_size": 1}
 
     async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]:

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import re
-from collections import defaultdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +24,8 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from groundplan.core.stats import wilson_interval
+from groundplan.evaluation.summary import summarize
+from groundplan.rollout.traces import EpisodeTrace
 from groundplan.serve.errors import NotFoundError
 
 log = logging.getLogger(__name__)
@@ -44,22 +45,18 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def summary_table(traces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (planner, family) and an ``all`` row per planner, each rate with n and its interval."""
-    groups: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for t in traces:
-        groups[t["planner"]][t["family"]].append(t)
+def summary_table(traces: list[EpisodeTrace]) -> list[dict[str, Any]]:
+    """The evaluation layer's summary (:func:`groundplan.evaluation.summary.summarize`), planners in the
+    order they first appear, as the page's rows: one per (planner, family) and an ``all`` row per planner,
+    each rate with n and its 95% Wilson interval."""
+    order = list(dict.fromkeys(t.planner for t in traces))
     rows = []
-    for planner, fams in groups.items():
-        for family, ts in list(fams.items()) + [("all", [t for v in fams.values() for t in v])]:
-            row: dict[str, Any] = {"planner": planner, "family": family, "n": len(ts)}
-            for key in ("execution_success", "plan_success"):
-                judged = [t[key] for t in ts if t.get(key) is not None]
-                k = sum(bool(x) for x in judged)
-                lo, hi = wilson_interval(k, len(judged))
-                row[key] = {"k": k, "n": len(judged), "rate": k / len(judged) if judged else None, "lo": lo, "hi": hi}
-            row["mean_steps"] = sum(len([s for s in t["steps"] if not s["done"]]) for t in ts) / len(ts)
-            rows.append(row)
+    for r in summarize(traces, order):
+        row: dict[str, Any] = {"planner": r.planner, "family": r.family, "n": r.episodes, "mean_steps": r.mean_steps}
+        for key in ("execution_success", "plan_success"):
+            k, n, lo, hi = r.interval(key) or (0, 0, *wilson_interval(0, 0))
+            row[key] = {"k": k, "n": n, "rate": k / n if n else None, "lo": lo, "hi": hi}
+        rows.append(row)
     return rows
 
 
@@ -89,16 +86,18 @@ class ViewerData:
         from groundplan.rollout.frames import safe_id
 
         path = self._run(run)
-        traces = []
+        traces, episodes = [], []
         with (path / "traces.jsonl").open(encoding="utf-8") as f:
             for line in f:
                 line = line.strip()
                 if not line:
                     continue
                 try:
-                    t = _finite(json.loads(line))
+                    raw = json.loads(line)
                 except json.JSONDecodeError:  # a torn last line (a crash mid-write)
                     continue
+                episodes.append(EpisodeTrace.from_dict(raw))
+                t = _finite(raw)
                 sid = safe_id(t["episode_id"])
                 fdir = path / "frames" / sid
                 files = sorted((p.name for p in fdir.glob("*.png") if _FRAME.match(p.name)), key=lambda n: int(n[:-4])) \
@@ -111,7 +110,7 @@ class ViewerData:
                 summary = _finite(json.loads((path / "summary.json").read_text()))
             except json.JSONDecodeError:
                 summary = None
-        return {"name": run, "traces": traces, "summary": summary, "table": summary_table(traces)}
+        return {"name": run, "traces": traces, "summary": summary, "table": summary_table(episodes)}
 
     def run_json(self, run: str) -> str:
         return json.dumps(self.run_data(run), allow_nan=False)

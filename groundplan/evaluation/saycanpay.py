@@ -6,7 +6,7 @@ Wilson interval.
   the expert plan's length"), the expert being the task's reference plan; ``done`` is not counted;
 - mean length: actions per plan (done excluded).
 
-``python -m groundplan.pipelines.saycanpay_tables <run_dir> [<run_dir> ...] [--env kitchen] [--split test]`` prints a
+``groundplan tables <run_dir> [<run_dir> ...] [--env kitchen] [--split test]`` prints a
 Markdown table and the paired comparisons behind the paper's claims (:data:`PAIRS`), on success and on
 cost-effectiveness: each an exact McNemar test on the shared episodes, its p-value Holm-adjusted over all
 the table's paired tests (12 for the six pairs on two measures), and called significant only after that.
@@ -20,16 +20,14 @@ not record it), and the env's list can change from state to state (it does not d
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Sequence
 
 from groundplan.core.stats import holm_adjust, wilson_interval
-from groundplan.pipelines.summary import paired_tests
-from groundplan.rollout.traces import EpisodeTrace, read_traces
+from groundplan.evaluation.summary import paired_tests
+from groundplan.rollout.traces import EpisodeTrace
 
 #: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay,
 #: and Can alone, help over Say alone)
@@ -126,7 +124,7 @@ def paired_report(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str
     """For each pair of planners run on the same tasks and each of ``measures``: episodes only the first /
     only the second solved (``execution_success``, or ``cost_effective`` on traces from
     :func:`with_cost_effectiveness`), the exact McNemar p-value
-    (:func:`~groundplan.pipelines.summary.paired_tests`: the planners are compared on identical episodes,
+    (:func:`~groundplan.evaluation.summary.paired_tests`: the planners are compared on identical episodes,
     not by their rates) and that p-value Holm-adjusted over every line of the report, the family one reads
     a table's claims from; "significant" only where the adjusted p is at most :data:`ALPHA`. A line that
     compares a Greedy row with a Beam-Action row that was not offered the same actions
@@ -190,32 +188,22 @@ def lists_fixed_actions(env_name: str) -> bool:
     return bool(ENVS.get(env_name).capabilities.fixed_actions)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_dirs", nargs="+", help="run folders (several: e.g. planners run side by side)")
-    ap.add_argument("--env", default=None, help="env whose reference plans are the experts (default: the traces')")
-    ap.add_argument("--split", default=None, help="the env's split the runs used (default: the env's own default)")
-    args = ap.parse_args(argv)
-    traces = [t for d in args.run_dirs for t in read_traces(Path(d) / "traces.jsonl")]
-    if not traces:
-        raise SystemExit(f"no traces in {', '.join(args.run_dirs)}")
-    env = args.env or traces[0].env
-    lengths, done = expert_lengths(env, {"split": args.split} if args.split else None)
-    title = f"{Path(args.run_dirs[0]).name}: {args.split or 'test'} split"
+def report(traces: Sequence[EpisodeTrace], title: str, env: str | None = None, split: str | None = None) -> str:
+    """The table and its paired tests as Markdown: the rows of :func:`table_rows`, then the paired
+    comparisons (:data:`PAIRS`) on success and cost-effectiveness, Holm-adjusted, with a note for each
+    Greedy-vs-Beam line that is not like-for-like. ``env`` and ``split`` name the env whose reference
+    plans are the experts (default: the traces' env and its default split)."""
+    env = env or traces[0].env
+    lengths, done = expert_lengths(env, {"split": split} if split else None)
     annotated = with_cost_effectiveness(traces, lengths, done)
-    print(render(table_rows(annotated, done), title))
+    out = [render(table_rows(annotated, done), title)]
     fixed = lists_fixed_actions(env)
     lines = paired_report(annotated, measures=("execution_success", "cost_effective"), fixed_actions=fixed)
-    print(f"\nPaired tests (exact McNemar on the shared episodes), p-values Holm-adjusted over the {len(lines)} "
-          f"tests below; significant means Holm-adjusted p <= {ALPHA:g}.")
+    out.append(f"\nPaired tests (exact McNemar on the shared episodes), p-values Holm-adjusted over the {len(lines)} "
+               f"tests below; significant means Holm-adjusted p <= {ALPHA:g}.")
     for row, why in sorted(not_like_for_like(annotated, fixed).items()):
-        print(f"Note: {why}, while the Greedy rows were offered the actions of the state they were in, and "
-              f"env '{env}' lists different actions as its state changes: Greedy-vs-{row} lines are not "
-              "like-for-like and no decoder conclusion is read off them.")
-    for line in lines:
-        print(f"- {line}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        out.append(f"Note: {why}, while the Greedy rows were offered the actions of the state they were in, and "
+                   f"env '{env}' lists different actions as its state changes: Greedy-vs-{row} lines are not "
+                   "like-for-like and no decoder conclusion is read off them.")
+    out += [f"- {line}" for line in lines]
+    return "\n".join(out)

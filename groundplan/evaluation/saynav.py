@@ -3,15 +3,17 @@ ones, each with n; SR with a 95% Wilson interval and SPL/tau with a normal-appro
 Tau is tau-b, targets first seen at the same step being ties (``metrics.kendall_tau``), so a successful
 episode that found every target at once has no tau and is not in its n.
 
-It reads any trace-like objects with ``planner`` and ``metrics`` attributes (``EpisodeTrace``), so it
-stays below the rollout layer.
+:func:`paired_lines` compares every planner with the no-LLM exploration on the same houses: SR by an
+exact McNemar test, SPL by the mean paired difference with its 95% interval and a normal-approximation
+p-value. A table's planners may have run on different houses (a slow row on fewer): each row gives its
+own n, and each paired comparison uses only the houses both planners ran.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Iterable
 
-from groundplan.core.stats import wilson_interval
+from groundplan.core.stats import mcnemar_exact, wilson_interval
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float, float]:
@@ -54,3 +56,45 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {r['planner']} | {r['n']} | {100 * r['sr']:.1f}% [{100 * r['sr_lo']:.1f}, {100 * r['sr_hi']:.1f}] | "
                    f"{r['spl']:.3f} [{r['spl_lo']:.3f}, {r['spl_hi']:.3f}] | {tau} | {r['path_m']:.1f} |")
     return "\n".join(out)
+
+
+REFERENCE = "Explore (no LLM)"
+
+
+def paired_lines(traces: list, reference: str = REFERENCE) -> list[str]:
+    """Each planner against ``reference`` on the episodes both ran (same task and seed)."""
+    by: dict[str, dict[tuple[str, int], object]] = {}
+    for t in traces:
+        by.setdefault(t.planner, {})[(t.task_id, t.seed)] = t
+    if reference not in by:
+        return []
+    out = []
+    for planner, eps in by.items():
+        if planner == reference:
+            continue
+        keys = [k for k in eps if k in by[reference]]
+        if not keys:
+            continue
+        a = [eps[k].metrics for k in keys]
+        b = [by[reference][k].metrics for k in keys]
+        a_only = sum(x.get("sr", 0) > 0.5 and y.get("sr", 0) <= 0.5 for x, y in zip(a, b))
+        b_only = sum(y.get("sr", 0) > 0.5 and x.get("sr", 0) <= 0.5 for x, y in zip(a, b))
+        d = [x.get("spl", 0.0) - y.get("spl", 0.0) for x, y in zip(a, b)]
+        n = len(d)
+        mean = sum(d) / n
+        sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1)) if n > 1 else 0.0
+        head = (f"- {planner} vs {reference} (n={n} paired houses): SR only-{planner} {a_only} / only-reference "
+                f"{b_only}, McNemar p={mcnemar_exact(a_only, b_only):.3g}; SPL difference {mean:+.3f}")
+        if n < 2 or sd == 0:
+            out.append(head + " (no interval: fewer than 2 houses or no spread)")
+            continue
+        half = 1.96 * sd / math.sqrt(n)
+        p = math.erfc(abs(mean) / (sd / math.sqrt(n)) / math.sqrt(2))
+        out.append(head + f" [{mean - half:+.3f}, {mean + half:+.3f}], p={p:.3g}")
+    return out
+
+
+def report(traces: list[Any]) -> str:
+    """The MultiON table, then each planner's paired comparison with the exploration baseline."""
+    lines = paired_lines(traces)
+    return markdown_table(multion_rows(traces)) + ("\n\n" + "\n".join(lines) if lines else "")
