@@ -273,7 +273,7 @@ def test_a_server_without_prompt_logprobs_is_refused_at_the_first_call_with_what
     message = str(err.value)
     assert "returned no prompt log-probs" in message and "no-prompt-logprobs-here" in message
     assert f"{server.url}/completions" in message
-    assert len(server.requests) == len(OPTIONS)  # the first call, nothing retried
+    assert len(server.requests) == 1  # the first request (sent alone, see _echo), nothing retried
 
 
 def test_llm_failure_after_retries_is_an_infrastructure_failure_not_the_planners(standin):
@@ -447,3 +447,174 @@ def test_serve_over_an_openai_backend_samples_refuses_logprobs_and_answers_503_w
     with pytest.raises(Exception, match="needs LLM capability score"):
         ServeConfig(viewer_dir=None, llm={"backend": "openai", "options": {**opts, "mode": "chat"}},
                     planners=[{"name": "saycan", "label": "SayCan"}])
+
+
+# ------------------------------------------------------------------ servers that depart from the API
+# Each departure below is one a real OpenAI-compatible server shows (llama-cpp-python's server: docs/models.md);
+# the backend tolerates them without knowing which server it talks to.
+
+GENERATED = [" and", " then", " some", " more", " words"]
+
+
+def echo_with_generation(text: str, count: int, usage: bool) -> dict[str, Any]:
+    """An echo answer for ``text`` followed by ``count`` generated tokens (their offsets at or past its end)."""
+    choice = echo_choice(text)
+    lp = choice["logprobs"]
+    offset = len(text)
+    for token in (GENERATED * count)[:count]:
+        lp["tokens"].append(token)
+        lp["token_logprobs"].append(-0.5)
+        lp["top_logprobs"].append({token: -0.5})
+        lp["text_offset"].append(offset)
+        offset += len(token)
+    choice["text"] = text + "".join((GENERATED * count)[:count])
+    answer: dict[str, Any] = {"choices": [choice]}
+    if usage:
+        answer["usage"] = {"prompt_tokens": len(words(text)), "completion_tokens": count}
+    return answer
+
+
+@pytest.mark.parametrize("usage", [True, False], ids=["with-usage", "without-usage"])
+def test_a_server_reading_max_tokens_0_as_no_limit_is_sent_1_after_the_first_request(standin, caplog, usage):
+    """llama-cpp-python reads ``max_tokens: 0`` as "until the context is full": the first echo request, sent
+    alone, shows it (generated tokens after the echoed text, by the usage or by their offsets); every later
+    one asks for 1 token, and no generated token is ever counted in an option's score."""
+    def no_limit(path, body, headers):
+        return 200, echo_with_generation(body["prompt"], body["max_tokens"] or 5, usage), {}
+
+    server = standin(no_limit, delay_s=0.05)
+    lm = backend(server.url, max_concurrency=4)
+    with caplog.at_level(logging.WARNING, logger="groundplan.llm.openai_backend"):
+        scores = lm.score(PROMPT, OPTIONS)
+        scores += lm.score(PROMPT, OPTIONS[:2])
+    for s in scores:
+        total, n = expected_sum(PROMPT, s.option)
+        assert s.logprob_sum == pytest.approx(total) and s.num_tokens == n
+    sent = [b["max_tokens"] for _, b, _ in server.requests]
+    assert sent == [0] + [1] * (len(OPTIONS) + 1)  # the probe alone, then the rest
+    # the probe's stop strings end a generation at the first word boundary; later requests carry none
+    assert server.requests[0][1]["stop"] == ["\n", " ", ".", ","]
+    assert all("stop" not in b for _, b, _ in server.requests[1:])
+    assert server.max_in_flight > 1  # the rest still went out concurrently
+    assert caplog.text.count("generated 5 token(s) for an echo request with max_tokens 0") == 1
+
+
+def test_a_server_refusing_max_tokens_0_is_sent_1_and_its_generated_token_ignored(standin, caplog):
+    def at_least_one(path, body, headers):
+        if body["max_tokens"] < 1:
+            return 400, {"error": {"message": "max_tokens must be at least 1, got 0.", "type": "BadRequestError"}}, {}
+        return 200, echo_with_generation(body["prompt"], body["max_tokens"], usage=True), {}
+
+    server = standin(at_least_one)
+    lm = backend(server.url)
+    with caplog.at_level(logging.WARNING, logger="groundplan.llm.openai_backend"):
+        scores = lm.score(PROMPT, OPTIONS)
+    assert [s.logprob_sum for s in scores] == pytest.approx([expected_sum(PROMPT, o)[0] for o in OPTIONS])
+    assert [b["max_tokens"] for _, b, _ in server.requests] == [0] + [1] * len(OPTIONS)
+    assert lm.stats.failures == 0 and lm.stats.retries == 0
+    assert "refuses max_tokens 0 with echo" in caplog.text and "max_tokens must be at least 1" in caplog.text
+
+
+def test_a_4xx_that_is_not_about_max_tokens_is_raised_with_its_status(standin):
+    server = standin(lambda p, b, h: (400, {"error": "prompt is too long for the context window"}, {}))
+    lm = backend(server.url)
+    with pytest.raises(LLMServiceError) as err:
+        lm.score(PROMPT, OPTIONS)
+    assert err.value.status == 400 and "prompt is too long" in str(err.value)
+    assert len(server.requests) == 1
+    with pytest.raises(LLMServiceError):  # nothing was learnt: the next call asks with max_tokens 0 again
+        lm.score(PROMPT, OPTIONS)
+    assert [b["max_tokens"] for _, b, _ in server.requests] == [0, 0]
+
+
+def test_only_the_first_tokens_log_prob_may_be_null(standin):
+    """The API's null log-prob for the text's first token is fine (it is the prompt's); a null or NaN one
+    among the option's tokens is the server's error, never a silently wrong sum."""
+    def holes(path, body, headers):
+        answer = {"choices": [echo_choice(body["prompt"])]}
+        lps = answer["choices"][0]["logprobs"]["token_logprobs"]
+        if "apple" in body["prompt"]:
+            lps[-1] = float("nan")  # sent as JSON's NaN
+        if "coke" in body["prompt"]:
+            lps[-2] = None
+        return 200, answer, {}
+
+    server = standin(holes)
+    lm = backend(server.url)
+    [ok] = lm.score("Robot:", [" done"])
+    assert ok.logprob_sum == pytest.approx(word_logprob(" done")) and ok.num_tokens == 1
+    with pytest.raises(LLMServiceError, match="not finite numbers"):
+        lm.score(PROMPT, [" find an apple"])
+    with pytest.raises(LLMServiceError, match=r"not finite numbers .*\[-[0-9.]+, None, -[0-9.]+\]"):
+        lm.score(PROMPT, [" find a coke"])
+    with pytest.raises(InvalidInputError, match="prompt is empty"):
+        lm.score("", ["done"])
+
+
+@pytest.mark.parametrize("seed", [7, None])
+def test_a_server_that_ignores_n_is_asked_again_for_the_missing_samples(standin, caplog, seed):
+    """llama-cpp-python's server drops ``n`` and answers one choice: the backend asks for the rest, each
+    follow-up of a seeded request with the next seed (the same seed would repeat the sample)."""
+    def one_choice(path, body, headers):
+        text = f" sample seed={body.get('seed')} call={len(server.requests)}"
+        return 200, {"choices": [{"index": 0, "text": text, "finish_reason": "stop",
+                                  "logprobs": {"tokens": words(text), "token_logprobs": [-0.25] * len(words(text)),
+                                               "top_logprobs": None, "text_offset": [0] * len(words(text))}}]}, {}
+
+    server = standin(one_choice)
+    lm = backend(server.url)
+    with caplog.at_level(logging.WARNING, logger="groundplan.llm.openai_backend"):
+        gens = lm.generate("Step 1:", GenerationParams(n=3, temperature=0.7, max_new_tokens=8, stop=("\n",), seed=seed))
+        lm.generate("Step 1:", GenerationParams(n=2, temperature=0.7, max_new_tokens=8, seed=seed))
+    assert len(gens) == 3 and len({g.text for g in gens}) == 3
+    assert all(g.logprob_mean == pytest.approx(-0.25) for g in gens)
+    bodies = [b for _, b, _ in server.requests]
+    assert [b["n"] for b in bodies] == [3, 2, 1, 2, 1]
+    assert [b.get("seed") for b in bodies] == ([7, 8, 9, 7, 8] if seed is not None else [None] * 5)
+    assert all(b["stop"] == ["\n"] and b["max_tokens"] == 8 for b in bodies[:3])
+    assert caplog.text.count("answered 1 choice(s) for n=3") == 1  # warned once
+
+
+def test_a_server_answering_no_choices_for_a_follow_up_fails_naming_the_url(standin):
+    calls = []
+
+    def dwindling(path, body, headers):
+        calls.append(body)
+        if len(calls) > 1:
+            return 200, {"choices": []}, {}
+        return 200, {"choices": [{"index": 0, "text": " one", "finish_reason": "stop", "logprobs": None}]}, {}
+
+    server = standin(dwindling)
+    with pytest.raises(LLMServiceError, match=re.escape(f"{server.url}/completions answered without choices")):
+        backend(server.url).generate("x", GenerationParams(n=2, max_new_tokens=2))
+
+
+def shifted_choice(text: str) -> dict[str, Any]:
+    """An echo answer whose log-probs are read one position late: token i gets its log-prob under the
+    distribution of token i+1, whose most likely token (listed in ``top_logprobs``) is mostly token i+1."""
+    choice = echo_choice(text)
+    lp = choice["logprobs"]
+    tokens = lp["tokens"]
+    for i in range(1, len(tokens)):
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else " and"
+        best = -0.05 if i % 5 else -3.0  # the model expects the next token, mostly
+        lp["top_logprobs"][i] = {(nxt if i % 5 else " the"): best, tokens[i]: -4.0 - (i % 3)}
+        lp["token_logprobs"][i] = -4.0 - (i % 3)
+    return choice
+
+
+def test_a_server_whose_echo_log_probs_are_shifted_by_one_token_is_refused(standin):
+    """A server that reads token i's log-prob from the logits after it (llama-cpp-python's, on a GGUF whose
+    tokenizer adds no BOS token) returns numbers that score nothing: refused at the first answer long enough
+    to tell, quoting the evidence; a well-aligned server (every other test here) is not."""
+    server = standin(lambda p, b, h: (200, {"choices": [shifted_choice(b["prompt"])]}, {}))
+    lm = backend(server.url)
+    with pytest.raises(LLMServiceError) as err:
+        lm.score(PROMPT + " Robot: I would find a coke can, pick it up, bring it to you, and be done.", OPTIONS)
+    message = str(err.value)
+    assert "shifted by one token" in message and "tokenizer.ggml.add_bos_token=bool:true" in message
+    assert re.search(r"at (\d+) of (\d+) positions .* at only 0 the token itself", message)
+    assert len(server.requests) == 1
+    # too short to tell: not judged (and not refused) until an answer is long enough
+    [short] = backend(server.url).score("Robot:", [" done"])
+    assert short.num_tokens == 1

@@ -13,6 +13,17 @@ decisions are comparable. Sum, mean and count fill :class:`~groundplan.llm.base.
 engine does. The requests of one call (all options of a step, or every request of a ``score_batch``)
 go out concurrently, at most ``max_concurrency`` at a time.
 
+Servers depart from the API; the backend tolerates what it can without knowing which server it talks to
+(docs/models.md has llama-cpp-python's server as the worked case). Only the tokens that start inside the
+sent text are counted, so a token a server generates after the echo is never part of a score. The
+backend's first echo request goes out alone and learns how the server reads ``max_tokens: 0``: a server
+that refuses it (a 400/422 naming ``max_tokens``) or generates anyway (reading 0 as "no limit") is sent
+``max_tokens: 1`` from then on (:meth:`OpenAILanguageModel._echo`). The null log-prob of the text's first
+token is the API's; any other missing or non-finite log-prob of an option's token is an error, never a
+wrong sum. A server whose echo log-probs are shifted by one token (each read from the logits after its
+token) is recognised from ``top_logprobs`` and refused (:meth:`OpenAILanguageModel._check_alignment`).
+A server that answers fewer choices than ``n`` is asked again for the rest (``_all_choices``).
+
 ``mode: chat`` is for servers that only speak ``/v1/chat/completions``: it samples (the prompt is one
 user message) but cannot score, and says so in its declared capabilities, so a config pairing it with a
 scoring planner is refused when it loads.
@@ -21,7 +32,7 @@ Faults: a 429 or 5xx answer, a timeout or a failed connection is retried ``max_r
 exponential backoff (or the server's ``Retry-After``); what still fails raises :class:`LLMServiceError`,
 naming the URL, an :class:`~groundplan.core.errors.InfrastructureError`, so an episode records it as an
 infrastructure failure and not as the planner's. A server that answers an echo request without prompt
-log-probs is refused at that first call, quoting what it returned. The API key is read from the
+log-probs is refused at that first request, quoting what it returned. The API key is read from the
 environment variable ``api_key_env`` names at every request and never stored, logged or put in an
 error message (a server that quotes it back has it replaced by ``***``).
 """
@@ -53,12 +64,18 @@ log = logging.getLogger(__name__)
 _QUOTE = 500
 #: texts per /v1/embeddings request
 _EMBED_BATCH = 256
+#: ``stop`` of the first echo request (see ``OpenAILanguageModel._echo``): the API's limit is 4 strings
+_PROBE_STOP = ("\n", " ", ".", ",")
+#: positions with top log-probs needed to judge whether a server's echo log-probs are shifted by one token
+_ALIGN_MIN = 16
 
 
 class LLMServiceError(InfrastructureError):
     """The OpenAI-compatible server could not be reached, timed out, kept answering 429/5xx past
     ``max_retries``, refused a request, or answered something this backend cannot use. The message names
-    the URL and never holds the API key."""
+    the URL and never holds the API key; ``status`` is the HTTP status of a refused request (4xx), else None."""
+
+    status: int | None = None
 
 
 @dataclass
@@ -88,6 +105,11 @@ class OpenAILanguageModel:
         self._pool = ThreadPoolExecutor(max_workers=self.options.max_concurrency, thread_name_prefix="openai-http")
         self._local = threading.local()
         self._warned_no_logprobs = False
+        #: ``max_tokens`` of an echo request: None until the first one has shown whether the server honours 0
+        self._echo_max_tokens: int | None = None
+        self._probe_lock = threading.Lock()
+        self._warned_few_choices = False
+        self._alignment_checked = False
         if self.options.embeddings == "local":
             from groundplan.llm.embeddings import SentenceEmbedder
 
@@ -146,7 +168,7 @@ class OpenAILanguageModel:
                     if r.status_code in (401, 403):
                         hint = (f" (the API key comes from ${opts.api_key_env}, which is "
                                 f"{'set' if key else 'unset'})" if opts.api_key_env else " (api_key_env is null: no key sent)")
-                    raise self._error(f"{url} answered HTTP {r.status_code}{hint}: {_quote(r.text)}")
+                    raise self._error(f"{url} answered HTTP {r.status_code}{hint}: {_quote(r.text)}", r.status_code)
                 else:
                     try:
                         data = r.json()
@@ -161,9 +183,11 @@ class OpenAILanguageModel:
                 time.sleep(wait)
         raise self._error(f"{problem}; gave up after {opts.max_retries + 1} attempt(s) (max_retries={opts.max_retries})")
 
-    def _error(self, message: str) -> LLMServiceError:
+    def _error(self, message: str, status: int | None = None) -> LLMServiceError:
         self.stats.failures += 1
-        return LLMServiceError(self._redact(message))
+        err = LLMServiceError(self._redact(message))
+        err.status = status
+        return err
 
     def _concurrently(self, fn: Callable[..., Any], items: Sequence[Any]) -> list[Any]:
         """``fn(item)`` for every item, at most ``max_concurrency`` in flight (the pool is shared by all
@@ -201,7 +225,13 @@ class OpenAILanguageModel:
             if not options:
                 raise InvalidInputError("score() needs at least one option")
             pairs += [(prompt, o) for o in options]
-        flat = self._concurrently(lambda pair: self._score_one(*pair), pairs)
+        flat: list[OptionScore] = []
+        if self._echo_max_tokens is None:  # the backend's first echo request goes alone (see _echo)
+            with self._probe_lock:
+                if self._echo_max_tokens is None:
+                    flat.append(self._score_one(*pairs[0]))
+        rest = pairs[len(flat):]
+        flat += self._concurrently(lambda pair: self._score_one(*pair), rest) if rest else []
         out, k = [], 0
         for _, options in requests_:
             out.append(flat[k:k + len(options)])
@@ -212,27 +242,103 @@ class OpenAILanguageModel:
         if not option:
             raise InvalidInputError(f"option {option!r} adds no tokens to the prompt")
         text = prompt + option
-        data = self._post("completions", {"model": self.name, "prompt": text, "max_tokens": 0, "echo": True,
-                                          "logprobs": 1})
+        data, max_tokens = self._echo(text)
         url = f"{self.base_url}/completions"
-        try:
-            lp = data["choices"][0].get("logprobs") or {}
-            tokens, token_lps, offsets = lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            tokens = token_lps = offsets = None
+        tokens, token_lps, offsets = _echo_logprobs(data)
         if not tokens or not token_lps or not offsets or not (len(tokens) == len(token_lps) == len(offsets)):
             raise self._error(f"{url} returned no prompt log-probs for an echo request (echo: true, logprobs: 1, "
-                              f"max_tokens: 0), so it cannot score options; it answered: {_quote(json.dumps(data))}. "
-                              "Use a server whose /v1/completions supports echo with logprobs (vLLM, groundplan "
-                              "serve), or mode 'chat' with planners that only generate")
-        first = option_start(len(prompt), len(text), tokens, offsets)
+                              f"max_tokens: {max_tokens}), so it cannot score options; it answered: "
+                              f"{_quote(json.dumps(data))}. Use a server whose /v1/completions supports echo with "
+                              "logprobs (vLLM, llama.cpp's llama_cpp.server with logits_all, groundplan serve), or "
+                              "mode 'chat' with planners that only generate")
+        # only the echoed text's own tokens: one a server generated after it (max_tokens 1, or a server that
+        # reads max_tokens 0 as "no limit") starts at or past its end
+        kept = next((i for i, o in enumerate(offsets) if int(o) >= len(text)), len(offsets))
+        tokens, token_lps, offsets = tokens[:kept], token_lps[:kept], offsets[:kept]
+        if not self._alignment_checked:
+            self._check_alignment(tokens, token_lps, _top_logprobs(data, kept), max_tokens)
+        first = option_start(len(prompt), len(text), tokens, offsets) if tokens else None
         if first is None:
             raise InvalidInputError(f"option {option!r} adds no tokens to the prompt")
         picked = token_lps[first:]
-        if any(v is None for v in picked):
+        if first == 0 and picked[0] is None:  # only the text's first token may lack one (nothing conditions it)
             raise InvalidInputError("the prompt is empty and the server returned no log-prob for the first token")
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in picked):
+            raise self._error(f"{url} returned log-probs that are not finite numbers for the option's tokens "
+                              f"{tokens[first:]}: {picked}")
         total = float(sum(picked))
         return OptionScore(option=option, logprob_sum=total, logprob_mean=total / len(picked), num_tokens=len(picked))
+
+    def _check_alignment(self, tokens: Sequence[str], token_lps: Sequence[Any], top: Sequence[Any] | None,
+                         max_tokens: int) -> None:
+        """Refuse a server whose prompt log-probs are shifted by one token: ``token_logprobs[i]`` read from the
+        logits *after* token i (the distribution of token i+1) instead of those before it. Such numbers look
+        like log-probs but score nothing (llama-cpp-python's server answers so for a model whose tokenizer adds
+        no BOS token). It shows in ``top_logprobs``: listed for position i, the most likely token is, on any
+        text a model predicts at all, often the text's token i and seldom its token i+1; shifted, the reverse.
+        Judged once, on the first answer with at least ``_ALIGN_MIN`` positions that list top tokens."""
+        if top is None:
+            return
+        n = same = following = 0
+        for i in range(1, len(tokens) - 1):
+            entry, lp = top[i], token_lps[i]
+            if not isinstance(entry, dict) or not entry or not isinstance(lp, (int, float)):
+                continue
+            try:
+                best_token, best = max(entry.items(), key=lambda kv: float(kv[1]))
+                best = float(best)
+            except (TypeError, ValueError):
+                continue
+            n += 1
+            same += lp >= best - 1e-6
+            following += best_token == tokens[i + 1]
+        if n < _ALIGN_MIN:
+            return
+        self._alignment_checked = True
+        if following >= n / 8 and following > 4 * same:
+            raise self._error(
+                f"{self.base_url}/completions returns prompt log-probs shifted by one token (echo: true, logprobs: 1, "
+                f"max_tokens: {max_tokens}): at {following} of {n} positions the most likely token it lists is the "
+                f"text's NEXT token, and at only {same} the token itself, so each log-prob is read from the logits "
+                "after its token and scores nothing. llama-cpp-python's server does this for a GGUF whose tokenizer "
+                "adds no BOS token; start it with --kv_overrides tokenizer.ggml.add_bos_token=bool:true "
+                "(docs/models.md). Use a server whose echo log-probs are those of each token given the ones before it")
+
+    def _echo(self, text: str) -> tuple[dict[str, Any], int]:
+        """The server's answer to an echo request for ``text``, and the ``max_tokens`` it was sent with.
+
+        The API's scoring request has ``max_tokens: 0``. Not every server takes it as "generate nothing":
+        some refuse it (a 400/422 naming ``max_tokens``), and some read 0 as "no limit" and generate until
+        the model stops or the context is full (llama-cpp-python's server does), which is slow though the
+        generated tokens are never counted (:meth:`_score_one` keeps only the echoed text's tokens). So the
+        backend's first echo request, sent alone, finds out: a refusal is retried with ``max_tokens: 1``,
+        and an answer carrying generated text or tokens makes 1 the value of every later request, whose one
+        generated token is then ignored. That first request also carries ``stop`` strings that end any
+        generation at the first word boundary (``_PROBE_STOP``; nothing to stop for a server that generates
+        nothing), so a server reading 0 as "no limit" costs a token or two there, not a context's worth."""
+        body: dict[str, Any] = {"model": self.name, "prompt": text, "echo": True, "logprobs": 1}
+        known = self._echo_max_tokens
+        if known is not None:
+            return self._post("completions", {**body, "max_tokens": known}), known
+        try:
+            data = self._post("completions", {**body, "max_tokens": 0, "stop": list(_PROBE_STOP)})
+        except LLMServiceError as exc:
+            if exc.status not in (400, 422) or "max_tokens" not in str(exc):
+                raise
+            self.stats.failures -= 1  # answered, and used
+            log.warning("%s/completions refuses max_tokens 0 with echo (%s); scoring with max_tokens 1 and "
+                        "ignoring the generated token", self.base_url, _quote(str(exc))[:200])
+            self._echo_max_tokens = 1
+            return self._post("completions", {**body, "max_tokens": 1}), 1
+        if not isinstance(_echo_logprobs(data)[2], list):
+            return data, 0  # no prompt log-probs: refused by the caller, nothing learnt
+        generated = _generated_tokens(data, text)
+        if generated:
+            log.warning("%s/completions generated %d token(s) for an echo request with max_tokens 0 (it does not "
+                        "read 0 as 'generate nothing'); scoring with max_tokens 1 from now on and ignoring the "
+                        "generated token", self.base_url, generated)
+        self._echo_max_tokens = 1 if generated else 0
+        return data, 0
 
     # ------------------------------------------------------------------ sampling
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
@@ -250,8 +356,7 @@ class OpenAILanguageModel:
             body["repetition_penalty"] = params.repetition_penalty  # vLLM's extension of the API
         if self.options.mode == "chat":
             body.update(messages=[{"role": "user", "content": prompt}], logprobs=True)
-            data = self._post("chat/completions", body)
-            choices = self._choices(data, "chat/completions")
+            choices = self._all_choices("chat/completions", body, params.n)
             out = []
             for c in choices:
                 content = ((c.get("logprobs") or {}).get("content")) or []
@@ -259,9 +364,29 @@ class OpenAILanguageModel:
                 out.append(self._generation(str((c.get("message") or {}).get("content") or ""), lps, c.get("finish_reason")))
             return out
         body.update(prompt=prompt, logprobs=1)
-        data = self._post("completions", body)
+        choices = self._all_choices("completions", body, params.n)
         return [self._generation(str(c.get("text") or ""), (c.get("logprobs") or {}).get("token_logprobs") or [],
-                                 c.get("finish_reason")) for c in self._choices(data, "completions")]
+                                 c.get("finish_reason")) for c in choices]
+
+    def _all_choices(self, path: str, body: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """``n`` choices for ``body``. A server that answers fewer than the ``n`` asked for (llama-cpp-python's
+        ignores ``n`` and answers one) is asked again for the rest, up to ``n`` requests in all; a seeded
+        request's k-th follow-up carries ``seed + k``, so the samples stay reproducible without repeating."""
+        choices = self._choices(self._post(path, body), path)[:n]
+        asked = 1
+        while len(choices) < n and asked < n:
+            if not self._warned_few_choices:
+                self._warned_few_choices = True
+                log.warning("%s/%s answered %d choice(s) for n=%d; requesting the rest separately", self.base_url,
+                            path, len(choices), body.get("n", n))
+            more = {**body, "n": n - len(choices)}
+            if body.get("seed") is not None:
+                more["seed"] = int(body["seed"]) + asked
+            choices += self._choices(self._post(path, more), path)[:n - len(choices)]
+            asked += 1
+        if len(choices) < n:
+            raise self._error(f"{self.base_url}/{path} answered {len(choices)} choice(s) for n={n} in {asked} requests")
+        return choices
 
     def _choices(self, data: dict[str, Any], path: str) -> list[dict[str, Any]]:
         choices = data.get("choices")
@@ -319,6 +444,44 @@ def option_start(prompt_chars: int, text_chars: int, tokens: Sequence[str], offs
         if end > prompt_chars:
             return i
     return None
+
+
+def _echo_logprobs(data: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``tokens``, ``token_logprobs`` and ``text_offset`` of an echo answer's first choice (Nones if absent)."""
+    try:
+        lp = data["choices"][0].get("logprobs") or {}
+        return lp.get("tokens"), lp.get("token_logprobs"), lp.get("text_offset")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None, None, None
+
+
+def _top_logprobs(data: dict[str, Any], count: int) -> list[Any] | None:
+    """The first ``count`` entries of an echo answer's ``top_logprobs``, or None if it has none that long."""
+    try:
+        top = (data["choices"][0].get("logprobs") or {}).get("top_logprobs")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return top[:count] if isinstance(top, list) and len(top) >= count else None
+
+
+def _generated_tokens(data: dict[str, Any], text: str) -> int:
+    """How many tokens a server generated after the echoed ``text`` (0 for a request that asked for none and
+    got none): the usage's ``completion_tokens``, else the tokens starting at or past the text's end, else 1
+    if the answer's text runs on past ``text``."""
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    done = usage.get("completion_tokens")
+    if isinstance(done, int) and done > 0:
+        return done
+    _, _, offsets = _echo_logprobs(data)
+    if isinstance(offsets, list):
+        past = sum(1 for o in offsets if isinstance(o, (int, float)) and o >= len(text))
+        if past:
+            return past
+    try:
+        echoed = data["choices"][0].get("text")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        echoed = None
+    return 1 if isinstance(echoed, str) and echoed.startswith(text) and len(echoed) > len(text) else 0
 
 
 def _quote(text: str) -> str:
