@@ -4,9 +4,9 @@ clean and with ``benchmarks/chaos.py``'s fault injector SIGKILLing episode runne
 without error, with the clean run's chosen skills, outcomes and scores (within the Ray path's golden
 tolerance). A ``groundplan eval`` driver SIGKILLed mid-sweep and run again resumes to the same traces.
 
-The CI form is small (12 episodes of at most 2 steps, 4 kills: runner, scorer, runner, scorer); the full
-form (30 episodes, a kill every 4 s until the end, the driver kill) is the slow test, the command in
-docs/fault-tolerance.md.
+The CI form is small (12 episodes of at most 2 steps, 4 kills: runner, scorer, runner, scorer); the driver
+kill on that form and the full form (30 episodes, a kill every 4 s until the end, the driver kill) are the
+slow tests, the latter the command in docs/fault-tolerance.md.
 """
 from __future__ import annotations
 
@@ -70,9 +70,12 @@ def test_sigkilled_runners_and_scorer_change_no_episode(chaos, overrides, clean,
     assert chaos.compare_traces(clean_result.traces, result.traces) == []
 
 
+@pytest.mark.slow
 def test_a_sigkilled_driver_resumes_to_the_clean_traces(chaos, overrides, clean, tmp_path):
     """``groundplan eval`` (joining this test's Ray, as a job on a cluster would) is SIGKILLed once 3
-    episodes are recorded; the same command again skips those and runs the rest."""
+    episodes are recorded; the same command again skips those and runs the rest. Slow (two model loads in
+    subprocesses, about 40 s): CI's chaos form is the actor kills above; in-process resume is tested in
+    ``test_distributed_eval.py``, and the full form below kills its driver too."""
     clean_result, wanted = clean
     cmd = chaos.eval_command(overrides, tmp_path, ray.get_runtime_context().gcs_address)
     traces = tmp_path / "saycan_kitchen" / "traces.jsonl"
