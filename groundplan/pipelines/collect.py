@@ -3,9 +3,10 @@ Parquet, resumable and exactly once (SayCanPay Sec. 4/6: N expert trajectories p
 
 The driver lists each split's deterministic tasks, drops the trajectory ids already stored (a rerun
 resumes), and hands the rest to a pool of :class:`~groundplan.actors.collect_worker.CollectWorker`
-actors (one env each; :class:`~groundplan.actors.pool.ActorPool`). Each finished trajectory is appended at once to the
-store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose worker died is rerun on a
-fresh worker (up to ``max_retries``); an episode that raised is logged and left for the next run. At
+actors (one env each), an :class:`~groundplan.actors.pool.ActorPool`. Each finished trajectory is
+appended at once to the store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose
+worker died is rerun on a fresh worker (up to ``max_retries``); an episode that raised is logged and
+left for the next run. At
 the end the dataset is logged to MLflow (schema, counts per split) with the tracking store under the
 output folder.
 """

@@ -4,8 +4,8 @@ SayNav (Sec. 3.5) learns its low-level PointNav policy by imitating a shortest-p
 The driver here:
 
 1. rolls out the expert (:func:`~groundplan.envs.house.gym_env.expert_action`) in
-   :class:`~groundplan.envs.house.gym_env.HousePointNavEnv` on the actors of an :class:`~groundplan.actors.pool.ActorPool` in parallel, and writes
-   (obs, expert action, ...) rows to Parquet in RLlib's column format;
+   :class:`~groundplan.envs.house.gym_env.HousePointNavEnv` on the actors of an
+   :class:`~groundplan.actors.pool.ActorPool` in parallel, and writes (obs, expert action, ...) rows to Parquet in RLlib's column format;
 2. trains RLlib's ``BC`` (new API stack: Ray Data feeds the Learner) on all rows so far;
 3. scores the policy on held-out houses (point-goal SR and SPL, with 95% intervals) to pick the best
    round;
