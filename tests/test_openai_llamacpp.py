@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from groundplan.llm.base import GenerationParams
 from groundplan.llm.loading import DEFAULT_LLM, embedded_gguf
 from groundplan.llm.openai_backend import LLMServiceError, OpenAILanguageModel
 from groundplan.planners.saycan import load_prompt
+from tests.live_services import group_pids, stop_group
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = DEFAULT_LLM  # the server's --model_alias, sent as each request's model
@@ -97,19 +97,8 @@ def _start(log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the server's process group, SIGKILL if it lingers; nothing of it is left."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return
-    os.killpg(proc.pid, signal.SIGKILL)  # a child of the server outlived it
-    pytest.fail(f"llama_cpp.server's process group {proc.pid} outlived the server")
+    stop_group(proc, grace_s=30)
+    assert not group_pids(proc.pid), f"llama_cpp.server's process group {proc.pid} outlived the server"
 
 
 @pytest.fixture(scope="module")
