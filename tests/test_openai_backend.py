@@ -395,6 +395,26 @@ def test_chat_mode_is_refused_for_scoring_planners_when_the_config_loads(standin
         backend(server.url, mode="chat").score(PROMPT, [" done"])
 
 
+def test_a_chat_server_that_refuses_logprobs_is_sampled_without_them(standin, caplog):
+    """Some hosted chat models answer 400 to ``logprobs``: the samples come back without log-probs (one
+    warning), and later calls do not ask for them again."""
+    inner = chat_server([[" Walk to kitchen"], [" Find cup"]])
+
+    def behave(path, body, headers):
+        if "logprobs" in body:
+            return 400, {"error": {"message": "logprobs is not supported with this model", "param": "logprobs"}}, {}
+        return inner(path, body, headers)
+
+    server = standin(behave)
+    lm = backend(server.url, mode="chat")
+    with caplog.at_level(logging.WARNING, logger="groundplan.llm.openai_backend"):
+        [first] = lm.generate("Task: make tea\nStep 1:", GenerationParams(n=1, max_new_tokens=8))
+        [second] = lm.generate("Task: make tea\nStep 2:", GenerationParams(n=1, max_new_tokens=8))
+    assert (first.text, second.text) == (" Walk to kitchen", " Find cup")
+    assert ["logprobs" in body for _, body, _ in server.requests] == [True, False, False]
+    assert sum("refuses token log-probs" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_a_zero_shot_episode_runs_against_a_chat_only_server(standin, tmp_path):
     pytest.importorskip("virtualhome_eval")
     from groundplan.pipelines.sweep import run_sweep

@@ -32,7 +32,9 @@ Faults: a 429 or 5xx answer, a timeout or a failed connection is retried ``max_r
 exponential backoff (or the server's ``Retry-After``); what still fails raises :class:`LLMServiceError`,
 naming the URL, an :class:`~groundplan.core.errors.InfrastructureError`, so an episode records it as an
 infrastructure failure and not as the planner's. A server that answers an echo request without prompt
-log-probs is refused at that first request, quoting what it returned. The API key is read from the
+log-probs is refused at that first request, quoting what it returned. A server that refuses token log-probs
+for sampling (a 400 naming ``logprobs``, as some hosted chat models answer) is sampled without them from
+then on, with one warning. The API key is read from the
 environment variable ``api_key_env`` names at every request and never stored, logged or put in an
 error message (a server that quotes it back has it replaced by ``***``).
 """
@@ -110,6 +112,9 @@ class OpenAILanguageModel:
         self._probe_lock = threading.Lock()
         self._warned_few_choices = False
         self._alignment_checked = False
+        #: whether sampling requests ask for token log-probs: until a server refuses them (some hosted chat
+        #: models answer a 400 naming ``logprobs``), after which samples carry none
+        self._sample_logprobs = True
         if self.options.embeddings == "local":
             from groundplan.llm.embeddings import SentenceEmbedder
 
@@ -356,7 +361,7 @@ class OpenAILanguageModel:
             body["repetition_penalty"] = params.repetition_penalty  # vLLM's extension of the API
         if self.options.mode == "chat":
             body.update(messages=[{"role": "user", "content": prompt}], logprobs=True)
-            choices = self._all_choices("chat/completions", body, params.n)
+            choices = self._sample("chat/completions", body, params.n)
             out = []
             for c in choices:
                 content = ((c.get("logprobs") or {}).get("content")) or []
@@ -364,9 +369,26 @@ class OpenAILanguageModel:
                 out.append(self._generation(str((c.get("message") or {}).get("content") or ""), lps, c.get("finish_reason")))
             return out
         body.update(prompt=prompt, logprobs=1)
-        choices = self._all_choices("completions", body, params.n)
+        choices = self._sample("completions", body, params.n)
         return [self._generation(str(c.get("text") or ""), (c.get("logprobs") or {}).get("token_logprobs") or [],
                                  c.get("finish_reason")) for c in choices]
+
+    def _sample(self, path: str, body: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """:meth:`_all_choices` for a sampling request. A server that refuses token log-probs (a 400/422
+        naming ``logprobs``) is asked again without them, and is not asked for them again: its samples carry
+        no log-probs (mean 0.0, no preference between them), which a planner that ranks samples by their
+        log-probs then cannot use; one warning says so."""
+        if not self._sample_logprobs:
+            return self._all_choices(path, {k: v for k, v in body.items() if k != "logprobs"}, n)
+        try:
+            return self._all_choices(path, body, n)
+        except LLMServiceError as exc:
+            if exc.status not in (400, 422) or "logprobs" not in str(exc):
+                raise
+            self._sample_logprobs = False
+            log.warning("%s/%s refuses token log-probs for sampling; sampling without them from now on (samples "
+                        "carry none, so they are not ranked by the model's log-probs)", self.base_url, path)
+            return self._all_choices(path, {k: v for k, v in body.items() if k != "logprobs"}, n)
 
     def _all_choices(self, path: str, body: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``n`` choices for ``body``. A server that answers fewer than the ``n`` asked for (llama-cpp-python's
