@@ -79,3 +79,26 @@ class Planner(ABC):
         episode's. Planners that decide from each new observation have no use for it (the default
         ignores it); one that plans ahead offline (SayCanPay's Beam-Action) uses it."""
         return None
+
+
+class EpisodeProgress:
+    """The bookkeeping of a planner that decides one step at a time: the actions chosen so far
+    (``_history``), whether ``reset`` started an episode and whether the plan has ended. Kept once, since
+    SayCan's dialog planners and Zero-Shot Planners make the same checks before every step."""
+
+    _history: list[str]
+    _started: bool = False
+    _finished: bool = False
+
+    def _begin_episode(self) -> None:
+        """A new episode: no action chosen yet, the plan open."""
+        self._history = []
+        self._started = True
+        self._finished = False
+
+    def _check_running(self) -> None:
+        """Refuse a step before ``reset`` or after the plan ended."""
+        if not self._started:
+            raise RuntimeError(f"{type(self).__name__}.next_step was called before reset(task, observation)")
+        if self._finished:
+            raise RuntimeError(f"{type(self).__name__} already finished its plan; call reset first")

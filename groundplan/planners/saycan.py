@@ -49,7 +49,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.base import AffordanceSource
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner, PlannerOptions, labelled
+from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions, labelled
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class GenerativeConfig(DialogPlannerConfig):
 # ---------------------------------------------------------------------------------------------
 
 
-class DialogPlanner(Planner):
+class DialogPlanner(EpisodeProgress, Planner):
     """Prompt bookkeeping shared by SayCan and the Generative baseline.
 
     The prompt is Listing 1 (Appendix C.2) followed by ``"Human: <instruction>\\nRobot: 1."``; each
@@ -222,8 +222,6 @@ class DialogPlanner(Planner):
         self._few_shot = load_prompt(config.prompt)
         self._prompt = ""
         self._history: list[str] = []
-        self._started = False
-        self._finished = False
 
     @property
     def prompt(self) -> str:
@@ -246,9 +244,7 @@ class DialogPlanner(Planner):
         ``seed`` (the episode's env seed, passed by the runner)."""
         instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self._prompt = build_prompt(self._few_shot, instruction)
-        self._history = []
-        self._finished = False
-        self._started = True
+        self._begin_episode()
         self._reset_grounding(task, seed)
 
     def _reset_grounding(self, task: Task, seed: int) -> None:
@@ -257,10 +253,7 @@ class DialogPlanner(Planner):
     def _admissible(self, observation: Observation) -> list[str]:
         """The skills to choose from (those ``observation.admissible`` allows), after checking the
         episode is in progress."""
-        if not self._started:
-            raise RuntimeError(f"{type(self).__name__}.next_step was called before reset(task, observation)")
-        if self._finished:
-            raise RuntimeError(f"{type(self).__name__} already chose '{self.config.done_skill}'; call reset first")
+        self._check_running()
         skills = list(observation.skills)
         if observation.admissible is not None:
             skills = [s for s, ok in zip(skills, observation.admissible) if ok]

@@ -55,7 +55,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.zeroshot import translation_scores
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner, PlannerOptions
+from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def _demos_from(items: Sequence[Any]) -> list[Demo]:
     return out
 
 
-class _ZeroShotBase(Planner):
+class _ZeroShotBase(EpisodeProgress, Planner):
     config: _Base
 
     def __init__(self, lm: LanguageModel, config: _Base, demonstrations: Sequence[Any] | None) -> None:
@@ -192,8 +192,6 @@ class _ZeroShotBase(Planner):
         self._demo_vectors: np.ndarray | None = None
         self._prompt = ""
         self._history: list[str] = []
-        self._started = False
-        self._finished = False
         self._episode_seed = 0
         self.example: Demo | None = None
 
@@ -236,20 +234,12 @@ class _ZeroShotBase(Planner):
         query = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self.example = self.select_example(query)
         self._prompt = opening_prompt(self.example, query)
-        self._history = []
-        self._finished = False
-        self._started = True
+        self._begin_episode()
         self._episode_seed = seed
         self._reset_plan(task, observation)
 
     def _reset_plan(self, task: Task, observation: Observation) -> None:
         """Hook for subclasses."""
-
-    def _check_running(self) -> None:
-        if not self._started:
-            raise RuntimeError(f"{type(self).__name__}.next_step was called before reset")
-        if self._finished:
-            raise RuntimeError(f"{type(self).__name__} already finished its plan; call reset first")
 
     def _params(self, stop: tuple[str, ...]) -> GenerationParams:
         """The sampling of Sec. 3.5 / A.1 with this config's grid values and this step's seed."""
