@@ -16,16 +16,21 @@ from typing import Any, Iterable
 from groundplan.core.stats import mcnemar_exact, wilson_interval
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float, float]:
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    """The mean and its standard error (0 for one value; nan for none)."""
     n = len(values)
     if n == 0:
-        return (float("nan"), float("nan"), float("nan"))
+        return float("nan"), float("nan")
     m = sum(values) / n
     if n == 1:
-        return (m, m, m)
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    h = 1.96 * sd / math.sqrt(n)
-    return (m, m - h, m + h)
+        return m, 0.0
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """The mean with its 95% normal-approximation interval."""
+    m, se = _mean_se(values)
+    return (m, m - 1.96 * se, m + 1.96 * se)
 
 
 def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
@@ -81,16 +86,14 @@ def paired_lines(traces: list, reference: str = REFERENCE) -> list[str]:
         b_only = sum(y.get("sr", 0) > 0.5 and x.get("sr", 0) <= 0.5 for x, y in zip(a, b))
         d = [x.get("spl", 0.0) - y.get("spl", 0.0) for x, y in zip(a, b)]
         n = len(d)
-        mean = sum(d) / n
-        sd = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1)) if n > 1 else 0.0
+        mean, se = _mean_se(d)
         head = (f"- {planner} vs {reference} (n={n} paired houses): SR only-{planner} {a_only} / only-reference "
                 f"{b_only}, McNemar p={mcnemar_exact(a_only, b_only):.3g}; SPL difference {mean:+.3f}")
-        if n < 2 or sd == 0:
+        if n < 2 or se == 0:
             out.append(head + " (no interval: fewer than 2 houses or no spread)")
             continue
-        half = 1.96 * sd / math.sqrt(n)
-        p = math.erfc(abs(mean) / (sd / math.sqrt(n)) / math.sqrt(2))
-        out.append(head + f" [{mean - half:+.3f}, {mean + half:+.3f}], p={p:.3g}")
+        p = math.erfc(abs(mean) / se / math.sqrt(2))
+        out.append(head + f" [{mean - 1.96 * se:+.3f}, {mean + 1.96 * se:+.3f}], p={p:.3g}")
     return out
 
 

@@ -139,8 +139,6 @@ class MemoizedLM:
         return self.lm.embed(texts)
 
 
-
-
 def memo_for(lm: LanguageModel, max_entries: int) -> ScoreMemo:
     """A memo of ``max_entries`` option scores for ``lm``; an empty one (0 entries: off) when the model says
     its scores are not a pure function of (prompt, option) (``memoizable = False``, e.g. a latency
