@@ -10,7 +10,8 @@ rotating window of k of them). The requests cycle through the kitchen's instruct
 - **concurrent**: ``--concurrency`` callers, threads started behind a barrier and timed over one shared
   wall-clock window, so that ``@serve.batch`` can group requests into one ``score_batch``.
 
-Both send the same requests. After an untimed warm-up pass over all of them (model load paths, the
+Both send the same requests, with the scorer's score memo off (it would answer every repeated request
+without the model). After an untimed warm-up pass over all of them (model load paths, the
 engine's prefix cache, its ``batched_forward="auto"`` trials), ``--rounds`` rounds each time one serial
 and one concurrent window, in alternating order (serial first, then concurrent first, ...), so that a
 change in the machine's load lands on both. ``batched_ratio`` = concurrent throughput / serial
@@ -171,8 +172,10 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
         name="bench", port=port, viewer_dir=None, llm={"model": args.model},
         planners=[{"name": "saycan_novf", "label": "No-VF"}],
         limits={"max_options": max(64, args.options), "max_prompt_chars": 20000},
+        # memo off: every window sends the same requests again, which the scorer's score memo would answer
+        # without the model; what is measured is batching, as before the memo reached Serve
         scorer={"max_batch_size": args.batch, "batch_wait_timeout_s": 0.005, "max_ongoing_requests": 4 * args.batch,
-                "placement": {"num_cpus": 1}, "autoscaling": {"min_replicas": 1, "max_replicas": 1}},
+                "placement": {"num_cpus": 1}, "autoscaling": {"min_replicas": 1, "max_replicas": 1}, "memo_size": 0},
         planner={"placement": {"num_cpus": 0.1}}, ingress={"placement": {"num_cpus": 0.1}, "max_ongoing_requests": 128})
     log.info("%d requests of %d options (prompt %d chars), %d concurrent callers vs one at a time, %d rounds",
              len(reqs), args.options, len(reqs[0]["prompt"]), args.concurrency, args.rounds)
