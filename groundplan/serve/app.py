@@ -30,7 +30,7 @@ from ray import serve
 from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore, PromptLogprobs
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import RetryableError
-from groundplan.serve.signals import StopSignals
+from groundplan.serve.signals import StopSignals, ray_processes_in_own_session
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
@@ -301,7 +301,8 @@ def run_server(config: ServeConfig, address: str | None = None, blocking: bool =
     try:
         if own_ray and stop.received is None:
             try:
-                _init_ray(address)
+                with ray_processes_in_own_session():
+                    _init_ray(address)
             except SystemExit as exc:  # SIGTERM during ray.init reached Ray's handler, which exits
                 if exc.code != signal.SIGTERM:
                     raise
@@ -361,7 +362,8 @@ def _shutdown(name: str, own_ray: bool) -> None:
     """Serve, then the Ray this process started; failures are logged, not raised, so each step is
     tried. Serve is shut down whole unless the cluster runs other applications too (then only
     application ``name`` is deleted). It is skipped when the Ray started here is already going down:
-    a stop signal sent to the whole process group (systemd's default) reaches Ray's own processes too,
+    a stop signal sent to every process of a cgroup (systemd's default) reaches Ray's own processes too
+    (a process-group signal does not: they have a session of their own),
     and waiting on Serve's dead controller would only run into its 30 s timeout."""
     import ray
 
