@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.llm.hf import HFLanguageModel
 from groundplan.planners.saycan import load_prompt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 INSTRUCTIONS = ["How would you bring me a coke can?", "Throw away the sponge.", "Bring me an apple from the counter.",
                 "Put the chips in the drawer.", "Bring me something to drink.", "Move the water bottle to the table.",
@@ -77,8 +82,8 @@ def main() -> None:
     ratio = ms["loop", big] / ms["padded", big]
     print(f"padded multi-request forward vs per-request loop at b={big}: {ratio:.2f}x per request "
           f"(median of {args.repeats}; a shared machine: noisy)")
-    print(f"result: ratio={ratio:.2f} ms_per_request_loop={ms['loop', big]:.0f} ms_per_request_padded={ms['padded', big]:.0f} "
-          f"ms_per_request_packed={ms['packed', big]:.0f}")
+    report({"ratio": f"{ratio:.2f}", "ms_per_request_loop": f"{ms['loop', big]:.0f}",
+            "ms_per_request_padded": f"{ms['padded', big]:.0f}", "ms_per_request_packed": f"{ms['packed', big]:.0f}"})
 
 
 if __name__ == "__main__":

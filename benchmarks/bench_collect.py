@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks.harness, when run as `python benchmarks/<name>.py`
+from benchmarks.harness import report  # noqa: E402
 
 
 def main() -> None:
@@ -72,7 +75,7 @@ def main() -> None:
     ray.shutdown()
     print(f"env={args.env} split={args.split} tasks={len(items)} cpus={os.cpu_count()} "
           "(shared machine: other sessions' jobs make these figures noisy)")
-    print(f"result: traj_per_s={rates[2]:.2f} scaling_2w={rates[2] / max(rates[1], 1e-9):.2f}")
+    report({"traj_per_s": f"{rates[2]:.2f}", "scaling_2w": f"{rates[2] / max(rates[1], 1e-9):.2f}"})
 
 
 if __name__ == "__main__":

@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmarks.harness, when run as `python benchmarks/<name>.py`
+from benchmarks.harness import report  # noqa: E402
 
 
 def main() -> None:
@@ -85,7 +88,8 @@ def main() -> None:
     ratio = pipe_epm / seq_epm
     loop_ratio = pipe.stats["episodes_per_min"] / seq.stats["episodes_per_min"]
     print(f"ratio (wall, incl. startup): {ratio:.2f}x; ratio (episode loops only): {loop_ratio:.2f}x")
-    print(f"result: ratio={ratio:.2f} seq_epm={seq_epm:.1f} pipe_epm={pipe_epm:.1f} mean_batch={sc['mean_batch_size']:.2f}")
+    report({"ratio": f"{ratio:.2f}", "seq_epm": f"{seq_epm:.1f}", "pipe_epm": f"{pipe_epm:.1f}",
+            "mean_batch": f"{sc['mean_batch_size']:.2f}"})
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
+from benchmarks.harness import report  # noqa: E402
+
 log = logging.getLogger("bench_exact_savings")
 
 
@@ -41,8 +43,8 @@ def main() -> None:
     logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
 
     from benchmarks.kitchen_sweep import saycan_kitchen_sweep
-    from groundplan.llm.memo import MemoizedLM, ScoreMemo
     from groundplan.llm.hf import HFLanguageModel
+    from groundplan.llm.memo import MemoizedLM, ScoreMemo
     from groundplan.pipelines.sweep import run_sweep
     from groundplan.planners.saycan import load_prompt
 
@@ -84,8 +86,8 @@ def main() -> None:
     log.info("options scored: full %d, prune %d (%.0f%%), memo %s, both %d", full[1], prune[1], 100 * prune[1] / full[1],
              memo[1] if memo else "-", both[1])
     memo_speedup = f"{full[0] / memo[0]:.2f}" if memo else "nan"
-    print(f"result: prune_speedup={full[0] / prune[0]:.2f} memo_speedup={memo_speedup} "
-          f"both_speedup={full[0] / both[0]:.2f} full_step_ms={full[0]:.1f} memo_hit_rate={both[2]:.3f}")
+    report({"prune_speedup": f"{full[0] / prune[0]:.2f}", "memo_speedup": memo_speedup,
+            "both_speedup": f"{full[0] / both[0]:.2f}", "full_step_ms": f"{full[0]:.1f}", "memo_hit_rate": f"{both[2]:.3f}"})
 
 
 if __name__ == "__main__":

@@ -51,9 +51,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 log = logging.getLogger("bench_gpu")
 
@@ -401,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     fields["padded_max_abs_diff"] = per(lambda r: f"{r.padded_agreement:.3g}")
     fields["decisions_identical"] = per(lambda r: r.agreement["decisions"])
     fields["top2_gap"] = per(lambda r: f"{r.agreement['top2_gap']:.3g}")
-    print("result: " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    report(fields)
     return fields
 
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 
 def houses_per_s(n: int) -> float:
@@ -91,7 +96,7 @@ def main() -> None:
     e2, s2 = episodes_per_s(2, args.window)
     print(f"oracle episodes/s: 1 worker {e1:.2f} ({s1:.0f} sim steps/s), 2 workers {e2:.2f} ({s2:.0f} sim steps/s), "
           f"window {args.window:.0f} s")
-    print(f"result: steps_per_s={sps:.0f} houses_per_s={hps:.1f} scaling_2w={e2 / e1 if e1 else float('nan'):.2f}")
+    report({"steps_per_s": f"{sps:.0f}", "houses_per_s": f"{hps:.1f}", "scaling_2w": f"{e2 / e1 if e1 else float('nan'):.2f}"})
 
 
 if __name__ == "__main__":

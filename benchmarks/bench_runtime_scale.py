@@ -50,6 +50,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
+from benchmarks.harness import report  # noqa: E402
+
 log = logging.getLogger("bench_runtime_scale")
 
 
@@ -95,7 +97,6 @@ def main() -> None:
 
     import ray
 
-    import groundplan.actors.scorer as scorer_mod
     from benchmarks.latency_model import LatencyLM
     from groundplan.config import EvalConfig
     from groundplan.pipelines.sweep import run_sweep
@@ -106,7 +107,6 @@ def main() -> None:
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     log.info("latency model: %.1f ms + %.1f ms/request per forward, max batch %d; %d CPUs on this machine (shared)",
              args.fixed_ms, args.per_request_ms, args.max_model_batch, os.cpu_count())
-    real_make = scorer_mod.make_scorer_actor
 
     def point(workers: int, replicas: int, adaptive: bool = True, envs: int | None = None) -> dict:
         envs = min(workers, args.envs_per_worker if envs is None else envs)
@@ -120,15 +120,12 @@ def main() -> None:
             "planners": [{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "options": {"prune": False}}],
             "tasks": {"per_family": per_family}, "seeds": list(range(seeds)), "max_steps": args.max_steps,
             "runtime": {"workers": processes, "envs_per_worker": envs, "in_flight": workers, "scorers": replicas,
-                        "worker_cpus": 0.5, "max_batch": args.max_model_batch, "mlflow": False},
+                        "worker_cpus": 0.5, "max_batch": args.max_model_batch, "adaptive_batching": adaptive,
+                        "mlflow": False},
         })
         log_path = out / f"{tag}.log"
         factory = functools.partial(LatencyLM, args.fixed_ms, args.per_request_ms, args.max_model_batch, str(log_path))
-        scorer_mod.make_scorer_actor = functools.partial(real_make, adaptive_batching=adaptive)
-        try:
-            result = run_sweep(cfg, lm_factory=factory, progress=False, resume=False)
-        finally:
-            scorer_mod.make_scorer_actor = real_make
+        result = run_sweep(cfg, lm_factory=factory, progress=False, resume=False)
         steps = sum(len(t.steps) for t in result.traces)
         errors = [t.error for t in result.traces if t.error]
         rate = steady_rate(log_path)
@@ -148,16 +145,16 @@ def main() -> None:
     rows = [point(w, r) for r in args.replicas for w in args.workers]
     top, one = max(args.workers), min(args.replicas)
     head = next(r for r in rows if r["workers"] == top and r["replicas"] == one)
-    extra = ""
+    extra: dict[str, str] = {}
     if args.compare_processes and args.envs_per_worker > 1:
         flat = point(top, one, envs=1)
-        extra = f" efficiency_1env_per_process={flat['efficiency']:.2f}"
+        extra = {"efficiency_1env_per_process": f"{flat['efficiency']:.2f}"}
     if args.compare_window:
         rows += [point(w, 1, adaptive=False) for w in (1, top)]
     ray.shutdown()
     log.info("(timings on a 2-core machine: noisy)")
-    print(f"result: efficiency={head['efficiency']:.2f} overhead_ms={head['overhead_ms']:.1f} "
-          f"mean_batch={head['mean_batch']:.2f}{extra}")
+    report({"efficiency": f"{head['efficiency']:.2f}", "overhead_ms": f"{head['overhead_ms']:.1f}",
+            "mean_batch": f"{head['mean_batch']:.2f}", **extra})
 
 
 if __name__ == "__main__":

@@ -20,10 +20,15 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 from tqdm.auto import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 
 def main() -> None:
@@ -41,7 +46,6 @@ def main() -> None:
     from groundplan.grounding.saycanpay import CanPayModel, LearnedCanPay
     from groundplan.grounding.saycanpay_config import CanPayModelConfig
     from groundplan.llm import load_llm
-    from groundplan.pipelines.kitchen_trajectories import kitchen_split
     from groundplan.planners.saycanpay import Expansion, SayCanPayPlanner
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-saycanpay-")
@@ -54,8 +58,8 @@ def main() -> None:
     lm = load_llm("hf", model="smollm2-135m-instruct", beam_memo_size=0)  # time the search, not the memo
     planner = SayCanPayPlanner(lm, source, decoding="beam_action", score="saycanpay", num_candidates=args.m,
                                beam_size=args.k)
-    env = KitchenEnv(mode="language")
-    tasks = [t for t in env.tasks() if kitchen_split(t.task_id) == "test" and len(t.reference_plan) >= 4]
+    env = KitchenEnv(mode="language", split="test")
+    tasks = [t for t in env.tasks() if len(t.reference_plan) >= 4]
 
     propose, batched, single, items_per_step = [], [], [], []
     for rep in tqdm(range(args.reps + 1), desc="depths"):
@@ -92,7 +96,7 @@ def main() -> None:
     print(f"propose_ms (k LM proposals) median={med(propose):.1f} min={min(propose):.1f} max={max(propose):.1f}")
     print(f"score_batched_ms (Can+Pay, one pass each) median={med(batched):.1f}")
     print(f"score_single_ms (Can+Pay, one pass per pair) median={med(single):.1f}")
-    print(f"result: batched_ratio={ratio:.2f} step_ms={step_ms:.1f}")
+    report({"batched_ratio": f"{ratio:.2f}", "step_ms": f"{step_ms:.1f}"})
 
 
 if __name__ == "__main__":

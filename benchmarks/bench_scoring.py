@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from groundplan.envs.kitchen.skills import SKILLS
 from groundplan.llm.hf import HFLanguageModel
 from groundplan.planners.saycan import load_prompt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 
 def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
@@ -102,8 +107,8 @@ def main() -> None:
         warm_times.append(time.perf_counter() - t0)
     t_warm = statistics.median(warm_times)
     print(f"SayCan step: warm prefix cache {t_warm*1e3:.0f} ms, cold {t_cold*1e3:.0f} ms ({t_cold/t_warm:.1f}x)")
-    print(f"result: ratio={batched_ops/naive_ops:.1f} flop_fraction={flop_fraction:.2f} "
-          f"warm_step_s={t_warm:.3f} cold_step_s={t_cold:.3f}")
+    report({"ratio": f"{batched_ops / naive_ops:.1f}", "flop_fraction": f"{flop_fraction:.2f}",
+            "warm_step_s": f"{t_warm:.3f}", "cold_step_s": f"{t_cold:.3f}"})
 
 
 if __name__ == "__main__":

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import socket
 import statistics
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import requests
@@ -40,11 +41,10 @@ import requests
 from groundplan.planners.saycan import build_prompt, load_prompt
 from groundplan.serve.config import ServeConfig
 
-log = logging.getLogger("bench_serve")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import log_interval, percentile, report  # noqa: E402
 
-#: two-sided 95% Student t quantiles by degrees of freedom (the smaller df's between entries: errs wide)
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+log = logging.getLogger("bench_serve")
 
 
 def _free_port() -> int:
@@ -83,23 +83,6 @@ def make_requests(n: int, options: int, skills: Sequence[str], instructions: Seq
         opts = [" " + skills[(start + j) % len(skills)] for j in range(options)]
         out.append({"prompt": prompt, "options": opts, "request_id": f"r{i}"})
     return out
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-
-def log_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
-    """Geometric mean of per-round ratios and its 95% t-interval on the log scale (nan bounds with fewer
-    than two rounds)."""
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    t = T95[max(k for k in T95 if k <= len(logs) - 1)]
-    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def run(base: str, reqs: list[dict], concurrency: int) -> dict:
@@ -214,7 +197,8 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
     log.info("batched_ratio (concurrent req/s / serial req/s): %.2fx, 95%% CI %.2f-%.2f over %d rounds "
              "(geometric mean, t-interval on log ratios)", ratio, lo, hi, len(ratios))
     con = pooled["concurrent"]
-    print(f"result: batched_ratio={ratio:.2f} rps={con['rps']:.2f} p99_ms={con['p99_ms']:.0f} options={args.options}")
+    report({"batched_ratio": f"{ratio:.2f}", "rps": f"{con['rps']:.2f}", "p99_ms": f"{con['p99_ms']:.0f}",
+            "options": args.options})
 
 
 if __name__ == "__main__":

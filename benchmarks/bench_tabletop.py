@@ -20,9 +20,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import statistics
+import sys
 import time
+from pathlib import Path
 from queue import Empty
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 TARGETS = ("top left corner", "bottom right corner", "middle")
 
@@ -115,8 +120,8 @@ def main() -> None:
     ms = render_ms(args.width, args.height)
     print(f"render: {ms:.1f} ms per {args.width}x{args.height} RGB-D+segmentation frame (TinyRenderer)")
     w = args.workers
-    print(f"result: pickplace_per_s={one_rate:.2f} pickplace_per_s_{w}w={many_rate:.2f} "
-          f"scaling_{w}w={many_rate / one_rate:.2f} render_ms={ms:.1f}")
+    report({"pickplace_per_s": f"{one_rate:.2f}", f"pickplace_per_s_{w}w": f"{many_rate:.2f}",
+            f"scaling_{w}w": f"{many_rate / one_rate:.2f}", "render_ms": f"{ms:.1f}"})
 
 
 if __name__ == "__main__":

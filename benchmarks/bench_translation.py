@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.harness import report  # noqa: E402
 
 
 def main() -> None:
@@ -88,8 +93,8 @@ def main() -> None:
     print(f"one step, k={len(samples)} samples against {n} actions (median of {args.repeats}): "
           f"{step_ms:.2f} ms = embedding the samples {embed_ms:.2f} ms + translation {translate_ms:.2f} ms "
           f"(p90 step {float(np.percentile(total, 90)):.2f} ms)")
-    print(f"result: step_ms={step_ms:.2f} embed_ms={embed_ms:.2f} translate_ms={translate_ms:.2f} "
-          f"cold_s={cold_s:.1f} cached_s={cached_s:.3f}")
+    report({"step_ms": f"{step_ms:.2f}", "embed_ms": f"{embed_ms:.2f}", "translate_ms": f"{translate_ms:.2f}",
+            "cold_s": f"{cold_s:.1f}", "cached_s": f"{cached_s:.3f}"})
 
 
 if __name__ == "__main__":

@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
-import statistics
 import sys
 import tempfile
 import time
@@ -51,30 +49,9 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
+from benchmarks.harness import log_interval, report  # noqa: E402
+
 log = logging.getLogger("bench_vs_peer")
-
-#: two-sided 95% Student t quantiles by degrees of freedom; between two entries the smaller df's
-#: (larger) quantile is used, so the interval errs wide
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-       12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
-
-
-def t95(df: int) -> float:
-    if df < 1:
-        return float("nan")
-    return T95[max(k for k in T95 if k <= df)]
-
-
-def log_interval(ratios: Sequence[float]) -> tuple[float, float, float]:
-    """Geometric mean of per-round ratios and its 95% t-interval on the log scale (a ratio's noise is
-    multiplicative: load slows a round by a factor); the bounds are nan with fewer than two rounds."""
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    half = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-
 
 class ColabLM:
     """The colab's ``gpt3_scoring`` over ``gpt3_call`` and its ``LLM_CACHE``, as a language model.
@@ -219,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ratio, lo, hi = log_interval(rows)
     log.info("ratio (peer s/decision / groundplan s/decision): %.1fx, 95%% CI %.1f-%.1f over %d rounds "
              "(geometric mean, t-interval on log ratios)", ratio, lo, hi, len(rows))
-    print(f"result: ratio={ratio:.3g} ratio_lo={lo:.3g} ratio_hi={hi:.3g} peer_cache=on")
+    report({"ratio": f"{ratio:.3g}", "ratio_lo": f"{lo:.3g}", "ratio_hi": f"{hi:.3g}", "peer_cache": "on"})
 
 
 if __name__ == "__main__":

@@ -32,13 +32,6 @@ def test_colab_cache_serves_a_repeated_call_without_the_model(bench):
     assert key == ("fake-lm", "Robot: 1. doneRobot: 1. find an apple", 0, 0, 1, True)  # gpt3_call's key
 
 
-def test_log_interval_brackets_the_geometric_mean(bench):
-    ratio, lo, hi = bench.log_interval([2.0, 8.0])
-    assert ratio == pytest.approx(4.0) and lo < ratio < hi
-    one = bench.log_interval([3.0])
-    assert one[0] == pytest.approx(3.0) and math.isnan(one[1]) and math.isnan(one[2])
-
-
 def test_smallest_run_prints_the_result_line():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GROUNDPLAN_PLUGINS": "tests.fake_backend"}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_vs_peer.py"), "--backend", "fake_slow",
