@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
-from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_exact_savings")
 
@@ -39,8 +39,7 @@ def main() -> None:
     ap.add_argument("--no-memo-only", action="store_true", help="skip the memo-alone variant (saves a quarter of the time)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
+    setup_logging(quiet=("groundplan",))
 
     from benchmarks.kitchen_sweep import saycan_kitchen_sweep
     from groundplan.llm.hf import HFLanguageModel

@@ -57,7 +57,7 @@ from typing import Any, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
-from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_gpu")
 
@@ -339,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     ap.add_argument("--serve-rounds", type=int, default=None, help="(serial, concurrent) window pairs (default 3; CPU 1)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
 
     cuda = torch.cuda.is_available()
     if args.device == "cuda" and not cuda:

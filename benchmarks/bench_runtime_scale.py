@@ -50,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
-from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_runtime_scale")
 
@@ -91,9 +91,7 @@ def main() -> None:
     ap.add_argument("--compare-processes", action="store_true")
     ap.add_argument("--compare-window", action="store_true")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name in ("groundplan", "ray"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    setup_logging(quiet=("groundplan", "ray"), quiet_level=logging.ERROR)
 
     import ray
 

@@ -42,7 +42,7 @@ from groundplan.planners.saycan import build_prompt, load_prompt
 from groundplan.serve.config import ServeConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
-from benchmarks.harness import log_interval, percentile, report  # noqa: E402
+from benchmarks.harness import log_interval, percentile, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_serve")
 
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.requests < 1 or args.concurrency < 1:
         ap.error("--rounds, --requests and --concurrency must be at least 1")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    setup_logging()
 
     skills, instructions = kitchen_step()
     try:

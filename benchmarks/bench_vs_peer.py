@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
-from benchmarks.harness import log_interval, report  # noqa: E402
+from benchmarks.harness import log_interval, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_vs_peer")
 
@@ -160,8 +160,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("groundplan").setLevel(logging.WARNING)  # no per-episode lines
+    setup_logging(quiet=("groundplan",))
 
     from groundplan.actors.scorer import import_plugins
     from groundplan.llm import load_llm

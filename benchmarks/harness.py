@@ -29,13 +29,13 @@ T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8:
 JSON_ENV = "GROUNDPLAN_BENCH_JSON"
 
 
-def setup_logging(level: int = logging.INFO, quiet: Sequence[str] = ("groundplan", "ray"),
+def setup_logging(level: int = logging.INFO, quiet: Sequence[str] = (), quiet_level: int = logging.WARNING,
                   fmt: str = "%(message)s") -> None:
-    """Plain messages on stderr; the libraries in ``quiet`` only report errors (their start-up chatter
-    would bury the benchmark's own lines)."""
+    """Plain messages on stderr; the loggers in ``quiet`` only from ``quiet_level`` up (groundplan's
+    per-episode lines and Ray's start-up chatter would bury the benchmark's own)."""
     logging.basicConfig(level=level, format=fmt)
     for name in quiet:
-        logging.getLogger(name).setLevel(logging.ERROR)
+        logging.getLogger(name).setLevel(quiet_level)
 
 
 def t95(df: int) -> float:
