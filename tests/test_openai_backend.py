@@ -415,6 +415,34 @@ def test_a_chat_server_that_refuses_logprobs_is_sampled_without_them(standin, ca
     assert sum("refuses token log-probs" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_server_that_answers_500_to_logprobs_is_sampled_without_them_after_its_retries(standin, caplog):
+    """llama.cpp's server started without ``--logits_all`` answers sampling with log-probs by a 500 naming
+    them: retried as any 5xx, then sampled without them, and not asked for them again."""
+    inner = chat_server([[" Walk to kitchen"], [" Find cup"]])
+
+    def behave(path, body, headers):
+        if "logprobs" in body:
+            return 500, {"error": {"message": "logprobs is not supported for models created with logits_all=False",
+                                   "type": "internal_server_error"}}, {}
+        return inner(path, body, headers)
+
+    server = standin(behave)
+    lm = backend(server.url, mode="chat", max_retries=1)
+    with caplog.at_level(logging.WARNING, logger="groundplan.llm.openai_backend"):
+        [first] = lm.generate("Task: make tea\nStep 1:", GenerationParams(n=1, max_new_tokens=8))
+        [second] = lm.generate("Task: make tea\nStep 2:", GenerationParams(n=1, max_new_tokens=8))
+    assert (first.text, second.text) == (" Walk to kitchen", " Find cup")
+    assert ["logprobs" in body for _, body, _ in server.requests] == [True, True, False, False]  # 1 retry, then none
+    assert sum("refuses token log-probs" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_500_that_does_not_name_logprobs_still_fails_sampling(standin):
+    server = standin(lambda path, body, headers: (500, {"error": {"message": "out of memory"}}, {}))
+    with pytest.raises(LLMServiceError, match="out of memory") as err:
+        backend(server.url, mode="chat", max_retries=1).generate("Step 1:", GenerationParams(n=1, max_new_tokens=8))
+    assert err.value.status == 500 and len(server.requests) == 2
+
+
 def test_a_zero_shot_episode_runs_against_a_chat_only_server(standin, tmp_path):
     pytest.importorskip("virtualhome_eval")
     from groundplan.pipelines.sweep import run_sweep

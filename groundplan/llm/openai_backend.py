@@ -33,7 +33,8 @@ exponential backoff (or the server's ``Retry-After``); what still fails raises :
 naming the URL, an :class:`~groundplan.core.errors.InfrastructureError`, so an episode records it as an
 infrastructure failure and not as the planner's. A server that answers an echo request without prompt
 log-probs is refused at that first request, quoting what it returned. A server that refuses token log-probs
-for sampling (a 400 naming ``logprobs``, as some hosted chat models answer) is sampled without them from
+for sampling (a 400 naming ``logprobs``, as some hosted chat models answer, or a 5xx naming them after its
+retries, as llama.cpp's server without ``--logits_all``) is sampled without them from
 then on, with one warning. The API key is read from the
 environment variable ``api_key_env`` names at every request and never stored, logged or put in an
 error message (a server that quotes it back has it replaced by ``***``).
@@ -75,7 +76,7 @@ _ALIGN_MIN = 16
 class LLMServiceError(InfrastructureError):
     """The OpenAI-compatible server could not be reached, timed out, kept answering 429/5xx past
     ``max_retries``, refused a request, or answered something this backend cannot use. The message names
-    the URL and never holds the API key; ``status`` is the HTTP status of a refused request (4xx), else None."""
+    the URL and never holds the API key; ``status`` is the HTTP status of a refused request (4xx) or the last answer of one that failed after its retries (429, 5xx); None when no answer came."""
 
     status: int | None = None
 
@@ -152,10 +153,11 @@ class OpenAILanguageModel:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         payload = json.dumps(body)
-        problem = ""
+        problem, status = "", None
         for attempt in range(opts.max_retries + 1):
             wait = opts.backoff_s * (2 ** attempt)
             self.stats.requests += 1
+            status = None
             try:
                 r = self._session().post(url, data=payload, headers=headers, timeout=opts.timeout_s)
             except requests.Timeout:
@@ -166,7 +168,7 @@ class OpenAILanguageModel:
                 raise self._error(f"request to {url} failed: {type(exc).__name__}: {exc}") from None
             else:
                 if r.status_code == 429 or r.status_code >= 500:
-                    problem = f"{url} answered HTTP {r.status_code}: {_quote(r.text)}"
+                    problem, status = f"{url} answered HTTP {r.status_code}: {_quote(r.text)}", r.status_code
                     wait = _retry_after(r.headers.get("Retry-After"), wait)
                 elif r.status_code >= 400:
                     hint = ""
@@ -186,7 +188,8 @@ class OpenAILanguageModel:
                 self.stats.retries += 1
                 log.warning("%s; retry %d of %d in %.2f s", self._redact(problem), attempt + 1, opts.max_retries, wait)
                 time.sleep(wait)
-        raise self._error(f"{problem}; gave up after {opts.max_retries + 1} attempt(s) (max_retries={opts.max_retries})")
+        raise self._error(f"{problem}; gave up after {opts.max_retries + 1} attempt(s) (max_retries={opts.max_retries})",
+                          status)
 
     def _error(self, message: str, status: int | None = None) -> LLMServiceError:
         self.stats.failures += 1
@@ -375,15 +378,17 @@ class OpenAILanguageModel:
 
     def _sample(self, path: str, body: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """:meth:`_all_choices` for a sampling request. A server that refuses token log-probs (a 400/422
-        naming ``logprobs``) is asked again without them, and is not asked for them again: its samples carry
-        no log-probs (mean 0.0, no preference between them), which a planner that ranks samples by their
-        log-probs then cannot use; one warning says so."""
+        naming ``logprobs``, or a 5xx naming them that its retries did not cure, as llama.cpp's server started
+        without ``--logits_all`` answers) is asked again without them, and is not asked for them again: its
+        samples carry no log-probs (mean 0.0, no preference between them), which a planner that ranks samples
+        by their log-probs then cannot use; one warning says so."""
         if not self._sample_logprobs:
             return self._all_choices(path, {k: v for k, v in body.items() if k != "logprobs"}, n)
         try:
             return self._all_choices(path, body, n)
         except LLMServiceError as exc:
-            if exc.status not in (400, 422) or "logprobs" not in str(exc):
+            refused = exc.status in (400, 422) or (exc.status is not None and exc.status >= 500)
+            if not refused or "logprobs" not in str(exc):
                 raise
             self._sample_logprobs = False
             log.warning("%s/%s refuses token log-probs for sampling; sampling without them from now on (samples "
