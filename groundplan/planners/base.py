@@ -83,8 +83,9 @@ class Planner(ABC):
 
 class EpisodeProgress:
     """The bookkeeping of a planner that decides one step at a time: the actions chosen so far
-    (``_history``), whether ``reset`` started an episode and whether the plan has ended. Kept once, since
-    SayCan's dialog planners and Zero-Shot Planners make the same checks before every step."""
+    (``_history``, the done decision not included), whether ``reset`` started an episode and whether the
+    plan has ended. Kept once, since every step-by-step planner (SayCan's dialog planners, Zero-Shot
+    Planners, Inner Monologue, SayCanPay) makes the same checks before every step."""
 
     _history: list[str]
     _started: bool = False

@@ -77,7 +77,7 @@ from groundplan.perception.scene_description import (
     parse_subgoal,
 )
 from groundplan.perception.success_detector import detect_success
-from groundplan.planners.base import Planner, PlannerOptions, labelled
+from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions, labelled
 from groundplan.planners.saycan import load_prompt
 
 logger = logging.getLogger(__name__)
@@ -277,7 +277,7 @@ class ScriptedHuman:
 
 
 # ------------------------------------------------------------------------------------ the planner
-class InnerMonologuePlanner(Planner):
+class InnerMonologuePlanner(EpisodeProgress, Planner):
     """IM's closed-loop planner (see the module docstring). ``name`` is ``"inner_monologue"``."""
 
     name = "inner_monologue"
@@ -296,8 +296,7 @@ class InnerMonologuePlanner(Planner):
         self._subgoal_source = ""
         self._human: ScriptedHuman | None = None
         self._skill_vectors: dict[str, np.ndarray] = {}
-        self._steps = 0
-        self._finished = False
+        self._history: list[str] = []
         self.name = labelled(self.name, self.oracles)
 
     @property
@@ -324,8 +323,7 @@ class InnerMonologuePlanner(Planner):
         self._prompt = f"{self._few_shot}Scene: {describe_objects(detected)}\nHuman: {instruction}\n"
         self._subgoals, self._subgoal_source = [], ""
         self._human = ScriptedHuman(task, self.config.human_answers) if "human" in self.feedback else None
-        self._steps = 0
-        self._finished = False
+        self._begin_episode()
 
     # -------------------------------------------------------------------------------- generation
     def _generate(self, max_new_tokens: int) -> str:
@@ -349,14 +347,11 @@ class InnerMonologuePlanner(Planner):
             self._subgoal_source = "task"
 
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
-        if self._task is None:
-            raise RuntimeError("InnerMonologuePlanner.next_step was called before reset(task, observation)")
-        if self._finished:
-            raise RuntimeError("the planner already chose done; call reset first")
+        self._check_running()
         start = len(self._prompt)
         info: dict[str, Any] = {"feedback": []}
         state = observation.state
-        if self._steps == 0:
+        if not self._history:  # the first decision (done ends the episode, so none follows it)
             if "scene" in self.feedback:
                 self._append("Robot thought:")
                 thought = self._generate(self.config.thought_max_new_tokens)
@@ -442,9 +437,10 @@ class InnerMonologuePlanner(Planner):
         done = skill == self.config.done_skill
         if write_action:
             self._append(f" {action_text(skill, self.config.done_skill)}\n")
-        self._steps += 1
         if done:
             self._finished = True
+        else:
+            self._history.append(skill)
         return Decision(skill=skill, done=done, candidates=candidates, prompt_delta=self._prompt[start:], info=info)
 
     def _cosines(self, text: str, skills: Sequence[str]) -> np.ndarray:

@@ -73,7 +73,7 @@ from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, vali
 from groundplan.envs.base import ActionModel, listed_actions
 from groundplan.grounding.base import CanPaySource
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import Planner, PlannerOptions, labelled
+from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions, labelled
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class Expansion:
 
 
 # --------------------------------------------------------------------------------------- planner
-class SayCanPayPlanner(Planner):
+class SayCanPayPlanner(EpisodeProgress, Planner):
     """SayCanPay with the decoding strategy and score of its config (module doc)."""
 
     name = "saycanpay"
@@ -247,7 +247,7 @@ class SayCanPayPlanner(Planner):
         self._goal = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self._task = task
         self._init_obs = observation.text
-        self._history = []
+        self._begin_episode()
         self._plan = None
         self._action_model = None
         self._rng = random.Random(seed)
@@ -332,8 +332,7 @@ class SayCanPayPlanner(Planner):
 
     # ----------------------------------------------------------------- decoding
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
-        if self._task is None:
-            raise RuntimeError("SayCanPayPlanner.next_step was called before reset")
+        self._check_running()
         actions = self._actions(observation)
         d = self.config.decoding
         if d == "greedy_token":
@@ -425,7 +424,9 @@ class SayCanPayPlanner(Planner):
     def _commit(self, action: str, candidates: list[CandidateScore], info: dict[str, Any]) -> Decision:
         done = action == self.config.done_skill
         n = len(self._history) + 1
-        if not done:
+        if done:
+            self._finished = True
+        else:
             self._history.append(action)
         return Decision(skill=action, done=done, candidates=candidates, prompt_delta=f" {action}\n[Step {n + 1}]",
                         info=info)
