@@ -250,10 +250,9 @@ def test_train_registers_a_can_model_on_the_server_and_an_eval_loads_it_by_name(
     tracking_uri of its own, resolves it through ``MLFLOW_TRACKING_URI`` and downloads it through the server."""
     from mlflow.tracking import MlflowClient
 
-    from groundplan.pipelines.kitchen_trajectories import write_kitchen_trajectories
+    from tests.kitchen_data import collect_kitchen
 
-    data = tmp_path / "data"
-    write_kitchen_trajectories(data, seeds=[0], splits=("train",))
+    data = collect_kitchen(tmp_path / "kitchen", seeds=[0], splits=("train",))
     train_cfg = tmp_path / "train_can.yaml"
     train_cfg.write_text(yaml.safe_dump({
         "name": "can-served", "model": {"kind": "can", "encoder": tiny_encoder, "max_length": 96},

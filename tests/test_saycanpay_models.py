@@ -22,11 +22,9 @@ from groundplan.grounding.saycanpay_data import (
 
 @pytest.fixture(scope="module")
 def kitchen_data(tmp_path_factory):
-    from groundplan.pipelines.kitchen_trajectories import write_kitchen_trajectories
+    from tests.kitchen_data import collect_kitchen
 
-    folder = tmp_path_factory.mktemp("data")
-    write_kitchen_trajectories(folder, seeds=[0], splits=("train",))
-    return str(folder)
+    return str(collect_kitchen(tmp_path_factory.mktemp("kitchen"), seeds=[0], splits=("train",)))
 
 
 def _traj(i, actions, goal="g", obs="o", success=True):

@@ -130,22 +130,23 @@ def _assert_split_by_task(trajs, seeds=(0, 1, 2)):
 
 
 def test_kitchen_can_pay_validation_holds_whole_tasks(tmp_path):
-    """The README's kitchen data (5 seeds per task, one instruction and reference plan each), read the
-    way ``groundplan train`` reads it: no validation task has a trajectory in training."""
-    from groundplan.envs.kitchen import TASKS
+    """The kitchen data of ``configs/collect_kitchen.yaml`` (5 seeds per task, one instruction and reference
+    plan each), read the way ``groundplan train`` reads it: no validation task has a trajectory in training."""
+    from groundplan.envs.kitchen import KitchenEnv
     from groundplan.grounding.saycanpay_config import TrainConfig
     from groundplan.grounding.saycanpay_data import read_trajectories
-    from groundplan.pipelines.kitchen_trajectories import kitchen_split, kitchen_task_ids, write_kitchen_trajectories
     from groundplan.pipelines.train import build_examples
+    from tests.kitchen_data import collect_kitchen
 
-    write_kitchen_trajectories(tmp_path, seeds=range(5), splits=("train",))
-    trajs = read_trajectories([str(tmp_path)], env="kitchen", split="train")
-    assert len(trajs) == 5 * len(kitchen_task_ids("train"))
+    data = collect_kitchen(tmp_path, seeds=range(5), splits=("train",))
+    train_tasks = KitchenEnv(split="train").tasks()
+    trajs = read_trajectories([str(data)], env="kitchen", split="train")
+    assert len(trajs) == 5 * len(train_tasks)
     _assert_split_by_task(trajs)
-    cfg = TrainConfig(**{**yaml.safe_load((CONFIGS / "train_can_kitchen.yaml").read_text()), "data": [str(tmp_path)]})
+    cfg = TrainConfig(**{**yaml.safe_load((CONFIGS / "train_can_kitchen.yaml").read_text()), "data": [str(data)]})
     _, _, counts = build_examples(cfg)
-    assert counts["val_tasks"] >= 1 and counts["train_tasks"] + counts["val_tasks"] <= len(kitchen_task_ids("train"))
-    test_instructions = {t.instruction.lower() for t in TASKS if kitchen_split(t.task_id) == "test"}
+    assert counts["val_tasks"] >= 1 and counts["train_tasks"] + counts["val_tasks"] <= len(train_tasks)
+    test_instructions = {t.instruction.lower() for t in KitchenEnv(split="test").tasks()}
     assert not test_instructions & {t.goal.lower() for t in trajs}  # kitchen test tasks are never trained on
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from groundplan.core.types import Task
-from groundplan.datasets.episodes import expert_chooser, planner_chooser, run_trajectory
 from groundplan.envs import ENVS
+from groundplan.planners.base import Planner
+from groundplan.rollout.trajectory import ExpertPlanner, run_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class CollectWorker:
             from groundplan.envs.experts import EXPERTS
 
             self.expert = EXPERTS.get(source.get("expert") or env_name)(self.env)
+            self.planner: Planner = ExpertPlanner(self.expert, self.env.done_skill)
             self.label = self.expert.name
         else:
             from groundplan.config import LLMSpec, PlannerSpec
@@ -57,12 +59,10 @@ class CollectWorker:
         return self.label
 
     def run(self, item: CollectItem) -> dict[str, Any]:
+        """The row of ``item``'s episode; raises when the env or the planner failed in it
+        (:func:`~groundplan.rollout.trajectory.run_trajectory`)."""
         self._maybe_crash(item)
-        if self.kind == "expert":
-            chooser = expert_chooser(self.env, self.expert, item.task)
-        else:
-            chooser = planner_chooser(self.env, self.planner, item.task, item.seed)
-        row = run_trajectory(self.env, item.task, item.seed, chooser, source=self.label, split=item.split,
+        row = run_trajectory(self.env, item.task, item.seed, self.planner, source=self.label, split=item.split,
                              traj_id=item.traj_id, max_steps=self.max_steps, max_admissible=self.max_admissible)
         if self.kind == "expert":  # an expert with a per-episode fallback says which one acted
             row["source"] = getattr(self.expert, "source", self.label)

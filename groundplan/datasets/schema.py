@@ -27,7 +27,8 @@ TRAJECTORY_SCHEMA = pa.schema([
     pa.field("admissible", pa.list_(pa.list_(pa.string())), nullable=False),
 ])
 #: ``source`` labels of the expert oracles (prompt examples come from these only)
-EXPERT_SOURCES: tuple[str, ...] = ("babyai_bot", "babyai_oracle", "hanoi_optimal", "blocks_bowls_oracle", "virtualhome_reference")
+EXPERT_SOURCES: tuple[str, ...] = ("babyai_bot", "babyai_oracle", "hanoi_optimal", "blocks_bowls_oracle",
+                                   "virtualhome_reference", "reference_plan")
 COLUMNS: tuple[str, ...] = tuple(TRAJECTORY_SCHEMA.names)
 
 

@@ -44,6 +44,7 @@ def run_episode(
     episode_id: str | None = None,
     require_termination: bool = True,
     on_step: StepHook | None = None,
+    goal_only: bool = False,
 ) -> EpisodeTrace:
     """Run one episode of ``task`` from the start state given by ``seed`` and return its trace.
 
@@ -59,6 +60,11 @@ def run_episode(
 
     ``on_step(trace, step, env)``, when given, is called after reset (``step=None``) and after each step;
     an exception it raises is logged and ignored (it observes the episode, it cannot fail it).
+
+    ``goal_only`` judges the episode by the goal check on the final state alone: no noise-free replay
+    (``plan_success`` stays None) and no env measures (``trace.metrics`` stays empty). Data collection
+    needs no more (SayCanPay Sec. 4: the reward is whether the goal holds at the end) and should not pay
+    for a second physics run of every trajectory.
     """
     cap = _step_cap(planner, max_steps)
     trace = EpisodeTrace(
@@ -94,7 +100,7 @@ def run_episode(
         _call_hook(on_step, trace, None, env)
         error = _run_steps(planner, env, observation, cap, trace, on_step)
     trace.prompt = planner.prompt
-    _judge(trace, env, task, seed, error, require_termination)
+    _judge(trace, env, task, seed, error, require_termination, goal_only)
     trace.wall_s = time.perf_counter() - start
     logger.info(
         "episode %s: %d steps, terminated=%s, execution_success=%s, plan_success=%s%s",
@@ -162,16 +168,18 @@ def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, t
     return None
 
 
-def _judge(trace: EpisodeTrace, env: Env, task: Task, seed: int, error: str | None, require_termination: bool) -> None:
-    """Fill in execution success, plan success and goal details; an error fails the episode."""
-    can_replay = env.capabilities.can_replay
+def _judge(trace: EpisodeTrace, env: Env, task: Task, seed: int, error: str | None, require_termination: bool,
+           goal_only: bool = False) -> None:
+    """Fill in execution success, plan success and goal details (the goal alone with ``goal_only``); an
+    error fails the episode."""
+    can_replay = env.capabilities.can_replay and not goal_only
     if error is None and task.goal is None:  # an ad-hoc instruction (``groundplan plan``): nothing to judge
         trace.plan_success = None
         trace.goal_details = {"note": "no goal: the task has no goal predicate"}
         return
     if error is None:
         error = _check_outcome(trace, env, task, seed, require_termination, can_replay)
-    if error is None:
+    if error is None and not goal_only:
         try:
             trace.metrics.update(env.episode_metrics(task, trace))
         except Exception as exc:

@@ -5,6 +5,6 @@ from __future__ import annotations
 
 from groundplan.envs.kitchen.env import KitchenConfig, KitchenEnv
 from groundplan.envs.kitchen.skills import SKILLS, parse_skill
-from groundplan.envs.kitchen.tasks import FAMILIES, TASKS, task_by_id
+from groundplan.envs.kitchen.tasks import FAMILIES, TASKS, kitchen_split, task_by_id
 
-__all__ = ["FAMILIES", "SKILLS", "TASKS", "KitchenConfig", "KitchenEnv", "parse_skill", "task_by_id"]
+__all__ = ["FAMILIES", "SKILLS", "TASKS", "KitchenConfig", "KitchenEnv", "kitchen_split", "parse_skill", "task_by_id"]

@@ -75,6 +75,10 @@ class KitchenConfig(BaseModel):
     robot_start: Literal["user", "random"] = Field(
         "user", description="Where the robot starts unless the task pins it: at the user, or a random location."
     )
+    split: Literal["train", "test"] | None = Field(
+        None, description="SayCanPay split env.tasks() returns (train: tasks 00-07 of each family, Can/Pay data "
+        "and prompt examples; test: tasks 08-11); None: all 84 tasks (SayCan's evaluation).",
+    )
 
 
 def make_config(options: Mapping[str, Any]) -> KitchenConfig:
@@ -197,7 +201,7 @@ class KitchenEnv(Env):
         return self._task
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        return tasks_for(families)
+        return tasks_for(families, self.config.split)
 
     # --------------------------------------------------------------- task files (docs/tasks.md)
     supports_task_files = True

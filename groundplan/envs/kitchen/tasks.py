@@ -19,6 +19,10 @@ any of which may hold ("bring me a soda" accepts any soda). Predicates:
 
 Tasks whose instruction names where an object starts, or whose goal would otherwise hold by chance
 at reset, pin that object in ``start_state`` (keys ``robot``, ``holding``, ``placement``).
+
+SayCanPay's splits (Sec. 6: Can/Pay learn from train trajectories, plans are judged on test tasks):
+in each family, tasks 00-07 are ``train`` (Can/Pay data and prompt examples) and 08-11 are ``test``
+(:func:`kitchen_split`); SayCan's own evaluation uses all 84.
 """
 from __future__ import annotations
 
@@ -57,6 +61,10 @@ FAMILIES: tuple[str, ...] = (
     "crowd_sourced",
     "long_horizon",
 )
+#: SayCanPay's kitchen splits (module doc)
+SPLITS: tuple[str, ...] = ("train", "test")
+#: tasks with an index below this in their family are train, the rest test
+TRAIN_PER_FAMILY = 8
 PREDICATES: tuple[str, ...] = ("at", "delivered", "thrown_away", "holding", "gripper_empty", "near", "robot_at", "count_at")
 
 
@@ -465,8 +473,18 @@ def task_by_id(task_id: str) -> Task:
         ) from None
 
 
-def tasks_for(families: Sequence[str] | None = None) -> list[Task]:
-    """Tasks of the given families (all when None); an unknown family raises :class:`InvalidInputError`."""
+def kitchen_split(task_id: str) -> str:
+    """``train`` or ``test`` for a kitchen task id such as ``kitchen/nl_nouns/09`` (module doc)."""
+    return "train" if int(task_id.rsplit("/", 1)[-1]) < TRAIN_PER_FAMILY else "test"
+
+
+def tasks_for(families: Sequence[str] | None = None, split: str | None = None) -> list[Task]:
+    """Tasks of the given families (all when None) and SayCanPay split (both when None); an unknown
+    family or split raises :class:`InvalidInputError`."""
+    if split is not None:
+        if split not in SPLITS:
+            raise InvalidInputError(f"unknown kitchen split {split!r}; valid: {', '.join(SPLITS)}")
+        return [t for t in tasks_for(families) if kitchen_split(t.task_id) == split]
     if families is None:
         return list(TASKS)
     if isinstance(families, str):

@@ -6,7 +6,7 @@ whole task categories out ('category' split). Here: **train** is the seen catego
 every 5th, **test** is every 5th (same tasks, other programs), **test-generalize** is the held-out
 categories (unseen tasks), the first ``generalize_size`` of them. Scaled down from the paper's sizes:
 scene 1 has 342 programs in all. The expert is each program's own reference script
-(:class:`ReferenceProgramExpert`).
+(:func:`reference_program_expert`).
 
 Many programs of a task are the same steps written down twice, so a 5th program can repeat a train
 program of its task step for step (9 of the 38 did, "Relax on sofa" 124_1 and 442_1 among them). Such a
@@ -27,6 +27,7 @@ from pydantic import Field
 
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
+from groundplan.envs.experts import ReferencePlanExpert
 from groundplan.envs.splits import visible_signature
 from groundplan.envs.virtualhome.env import VirtualHomeConfig, VirtualHomeEnv
 
@@ -101,21 +102,7 @@ def describe(state: Any, char_id: int, max_close: int) -> str:
     return " ".join(parts)
 
 
-class ReferenceProgramExpert:
-    """Expert: the task's own reference program, one step at a time, then done."""
-
-    name = "virtualhome_reference"
-
-    def __init__(self, env: SayCanPayVirtualHome) -> None:
-        self.env = env
-        self._task: str | None = None
-        self._i = 0
-
-    def act(self, task: Task, obs: Observation) -> str:
-        if task.task_id != self._task:
-            self._task, self._i = task.task_id, 0
-        plan = task.reference_plan or ()
-        if self._i >= len(plan):
-            return self.env.done_skill
-        self._i += 1
-        return plan[self._i - 1]
+def reference_program_expert(env: SayCanPayVirtualHome) -> ReferencePlanExpert:
+    """The expert of SayCanPay's VirtualHome trajectories: each program's own steps, then done
+    (:class:`~groundplan.envs.experts.ReferencePlanExpert`), its rows labelled ``virtualhome_reference``."""
+    return ReferencePlanExpert(env, name="virtualhome_reference")

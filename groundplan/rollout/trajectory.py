@@ -1,0 +1,130 @@
+"""One episode → one trajectory row (:data:`~groundplan.datasets.schema.TRAJECTORY_SCHEMA`), played by
+:func:`~groundplan.rollout.episode.run_episode`, the loop every evaluation runs too.
+
+The actions come from an expert oracle (:class:`ExpertPlanner`; SayCanPay Sec. 4: "we collect N expert
+trajectories for each environment using an oracle planner") or from a registered planner (on-policy data:
+its mistakes become feasibility labels). :class:`TrajectoryRecorder` wraps either and records what each
+decision was shown (the observation text and the listed actions); the trace gives the rest.
+
+Rewards follow the paper's sparse convention (Sec. 4, "r = 1 for all expert trajectories"): 1.0 on the
+last step when the goal holds at the end, else 0; the Pay trainer discounts backwards from it. The done
+decision is recorded as the last action, the env's done skill (the paper's plans end with it, e.g. "done
+picking up"), and is not executed. Collection judges the goal only (``run_episode(goal_only=True)``): the
+reward needs no noise-free replay of the plan and no env measures.
+
+An env or planner error, which ``run_episode`` records in the trace, is raised as
+:class:`EpisodeFailed` carrying that text (an :class:`~groundplan.core.errors.InfrastructureError` when
+infrastructure failed), so collection records the trajectory as failed and leaves it to the next run.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from groundplan.core.errors import InfrastructureError
+from groundplan.core.types import Decision, Observation, StepResult, Task
+from groundplan.envs.base import ActionModel, Env, listed_actions
+from groundplan.envs.experts import Expert
+from groundplan.planners.base import Planner
+from groundplan.rollout.episode import run_episode
+from groundplan.rollout.traces import EpisodeTrace
+
+
+class EpisodeFailed(RuntimeError):
+    """The env or the planner raised during a collected episode; the message is the trace's error
+    (``"<ExceptionType>: <message> (<where>)"``)."""
+
+
+class ExpertPlanner(Planner):
+    """An expert oracle as a :class:`Planner`, so the episode loop plays it: each decision is the expert's
+    ``act``, and the env's done skill ends the episode."""
+
+    def __init__(self, expert: Expert, done_skill: str) -> None:
+        self.expert = expert
+        self.done_skill = done_skill
+        self.name = expert.name
+        self._task: Task | None = None
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """An expert reads the simulator and the task's goal or reference plan: it is an oracle."""
+        return ("expert",)
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        self._task = task
+
+    def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
+        if self._task is None:
+            raise RuntimeError("ExpertPlanner.next_step was called before reset")
+        action = self.expert.act(self._task, observation)
+        return Decision(skill=action, done=action == self.done_skill)
+
+
+class TrajectoryRecorder(Planner):
+    """Wraps the planner that acts and records, at each decision, the observation text and the actions it
+    was shown. A step listing more than ``max_admissible`` actions records an empty list (VirtualHome
+    lists thousands per scene; the env, not the dataset, is their source).
+
+    The wrapped planner is given no action model (``use_action_model`` is not passed on): collected rows
+    are what the planner does from the observations alone, as collection has always played it."""
+
+    def __init__(self, planner: Planner, max_admissible: int | None = None) -> None:
+        self.planner = planner
+        self.max_admissible = max_admissible
+        self.name = planner.name
+        self.max_steps = planner.max_steps
+        self.init_obs = ""
+        self.observations: list[str] = []
+        self.admissible: list[list[str]] = []
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        self.init_obs = observation.text
+        self.observations, self.admissible = [], []
+        self.planner.reset(task, observation, seed=seed)
+
+    def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
+        self.observations.append(observation.text)
+        allowed = listed_actions(observation)
+        self.admissible.append(allowed if self.max_admissible is None or len(allowed) <= self.max_admissible else [])
+        return self.planner.next_step(observation, last)
+
+    def use_action_model(self, model: ActionModel | None) -> None:
+        return None
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        return self.planner.oracles
+
+    @property
+    def prompt(self) -> str:
+        return self.planner.prompt
+
+
+def run_trajectory(env: Env, task: Task, seed: int, planner: Planner, *, source: str, split: str, traj_id: str,
+                   max_steps: int = 30, max_admissible: int | None = None) -> dict[str, Any]:
+    """Play ``task`` from ``seed`` with ``planner`` (an :class:`ExpertPlanner` or a registered planner) and
+    return its row; raises :class:`EpisodeFailed` (or :class:`InfrastructureError`) when the episode
+    recorded an error."""
+    recorder = TrajectoryRecorder(planner, max_admissible)
+    trace = run_episode(recorder, env, task, seed, max_steps=max_steps, episode_id=traj_id, goal_only=True)
+    if trace.error is not None:
+        if trace.infrastructure_failure:
+            raise InfrastructureError(trace.error)
+        raise EpisodeFailed(trace.error)
+    return trajectory_row(trace, recorder, env.done_skill, source=source, split=split, traj_id=traj_id)
+
+
+def trajectory_row(trace: EpisodeTrace, recorder: TrajectoryRecorder, done_skill: str, *, source: str, split: str,
+                   traj_id: str) -> dict[str, Any]:
+    """The row of a finished episode: actions, feasibility and outcome from the trace, what each decision was
+    shown from the recorder."""
+    steps = trace.steps
+    actions = [done_skill if s.done else s.chosen for s in steps]
+    rewards = [0.0] * len(actions)
+    if trace.execution_success and rewards:
+        rewards[-1] = 1.0
+    return {
+        "traj_id": traj_id, "env": trace.env, "split": split, "task_id": trace.task_id, "goal": trace.instruction,
+        "init_obs": recorder.init_obs, "actions": actions, "observations": list(recorder.observations),
+        "feasible": [True if s.done else bool(s.success) for s in steps], "rewards": rewards,
+        "success": bool(trace.execution_success), "source": source, "admissible": list(recorder.admissible),
+    }
