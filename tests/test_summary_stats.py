@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,13 @@ def test_partial_measures_average_over_the_episodes_that_define_them():
     assert row.metrics["kendall_tau"] == pytest.approx(0.5)
     assert row.metrics["spl"] == pytest.approx(0.2)
     assert row.metric_cis["sr"][:2] == [4, 10] and "spl" not in row.metric_cis
+
+
+def test_mean_interval_is_the_normal_interval_of_the_mean():
+    from groundplan.core.stats import mean_interval, mean_se
+
+    m, lo, hi = mean_interval([0.2, 0.4, 0.9])
+    se = statistics.stdev([0.2, 0.4, 0.9]) / math.sqrt(3)
+    assert m == pytest.approx(0.5) and (lo, hi) == pytest.approx((0.5 - 1.96 * se, 0.5 + 1.96 * se))
+    assert mean_interval([0.3]) == (0.3, 0.3, 0.3) and mean_se([0.3]) == (0.3, 0.0)
+    assert all(math.isnan(v) for v in mean_se([]))

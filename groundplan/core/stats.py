@@ -1,6 +1,7 @@
-"""Statistics every table needs: a 95% Wilson interval for a success rate, the exact McNemar test for
-two planners on the same episodes, and Holm's adjustment for the many such tests one table makes. They
-live in core so envs, pipelines and the viewer share one copy."""
+"""Statistics every table needs: a 95% Wilson interval for a success rate, a normal interval for a mean
+(SPL, Kendall tau, a paired difference), the exact McNemar test for two planners on the same episodes,
+and Holm's adjustment for the many such tests one table makes. They live in core so envs, pipelines and
+the viewer share one copy."""
 from __future__ import annotations
 
 import math
@@ -34,6 +35,25 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     if successes == n:
         hi = 1.0
     return lo, hi
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean and its standard error, sample standard deviation / sqrt(n) (0 for one value; nan for
+    none)."""
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    m = sum(values) / n
+    if n == 1:
+        return m, 0.0
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
+
+
+def mean_interval(values: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
+    """The mean with its normal-approximation interval, mean ± z·SE (95% by default); zero-width for one
+    value."""
+    m, se = mean_se(values)
+    return m, m - z * se, m + z * se
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:

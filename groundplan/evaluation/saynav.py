@@ -13,24 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from groundplan.core.stats import mcnemar_exact, wilson_interval
-
-
-def _mean_se(values: list[float]) -> tuple[float, float]:
-    """The mean and its standard error (0 for one value; nan for none)."""
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan")
-    m = sum(values) / n
-    if n == 1:
-        return m, 0.0
-    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) / math.sqrt(n)
-
-
-def _mean_ci(values: list[float]) -> tuple[float, float, float]:
-    """The mean with its 95% normal-approximation interval."""
-    m, se = _mean_se(values)
-    return (m, m - 1.96 * se, m + 1.96 * se)
+from groundplan.core.stats import mcnemar_exact, mean_interval, mean_se, wilson_interval
 
 
 def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
@@ -42,9 +25,9 @@ def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
         n = len(ts)
         sr = [float(t.metrics.get("sr", 0.0)) for t in ts]
         lo, hi = wilson_interval(sum(sr), n)
-        spl = _mean_ci([float(t.metrics.get("spl", 0.0)) for t in ts])
+        spl = mean_interval([float(t.metrics.get("spl", 0.0)) for t in ts])
         taus = [float(t.metrics["kendall_tau"]) for t in ts if "kendall_tau" in t.metrics]
-        tau = _mean_ci(taus)
+        tau = mean_interval(taus)
         rows.append({"planner": planner, "n": n, "sr": sum(sr) / n, "sr_lo": lo, "sr_hi": hi,
                      "spl": spl[0], "spl_lo": spl[1], "spl_hi": spl[2], "tau": tau[0], "tau_n": len(taus),
                      "tau_lo": tau[1], "tau_hi": tau[2],
@@ -86,7 +69,7 @@ def paired_lines(traces: list, reference: str = REFERENCE) -> list[str]:
         b_only = sum(y.get("sr", 0) > 0.5 and x.get("sr", 0) <= 0.5 for x, y in zip(a, b))
         d = [x.get("spl", 0.0) - y.get("spl", 0.0) for x, y in zip(a, b)]
         n = len(d)
-        mean, se = _mean_se(d)
+        mean, se = mean_se(d)
         head = (f"- {planner} vs {reference} (n={n} paired houses): SR only-{planner} {a_only} / only-reference "
                 f"{b_only}, McNemar p={mcnemar_exact(a_only, b_only):.3g}; SPL difference {mean:+.3f}")
         if n < 2 or se == 0:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from groundplan.core.stats import wilson_interval
+from groundplan.core.stats import mean_interval, wilson_interval
 from groundplan.pipelines.pointnav_config import PointNavTrainConfig
 from groundplan.pipelines.train import TrainResult
 
@@ -161,11 +161,9 @@ def summarize(stats: list[dict[str, float]], prefix: str) -> dict[str, float]:
     n = len(stats)
     succ = sum(s["success"] for s in stats)
     lo, hi = wilson_interval(int(succ), n)
-    spl = np.array([s["spl"] for s in stats])
-    half = 1.96 * float(spl.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+    spl, spl_lo, spl_hi = mean_interval([float(s["spl"]) for s in stats])
     return {f"{prefix}_n": float(n), f"{prefix}_sr": succ / n, f"{prefix}_sr_lo": lo, f"{prefix}_sr_hi": hi,
-            f"{prefix}_spl": float(spl.mean()), f"{prefix}_spl_lo": float(spl.mean()) - half,
-            f"{prefix}_spl_hi": float(spl.mean()) + half,
+            f"{prefix}_spl": spl, f"{prefix}_spl_lo": spl_lo, f"{prefix}_spl_hi": spl_hi,
             f"{prefix}_steps": float(np.mean([s["steps"] for s in stats]))}
 
 
