@@ -62,6 +62,14 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def load_average() -> tuple[float, float, float]:
+    """The machine's 1, 5 and 15 minute load averages (nan where the platform has none)."""
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):
+        return (float("nan"),) * 3
+
+
 def result_line(fields: dict[str, Any]) -> str:
     """``result: k=v ...`` in the given order; values are written as given (format them first)."""
     bad = [k for k in fields if not k or any(c.isspace() or c == "=" for c in k)]
@@ -74,9 +82,13 @@ def report(fields: dict[str, Any]) -> str:
     """Print the result line on stdout (the benchmark's last line) and append the fields to
     ``$GROUNDPLAN_BENCH_JSON`` if it is set; returns the line."""
     line = result_line(fields)
+    load = load_average()
+    logging.getLogger("benchmarks").info("load average at the end (1, 5, 15 min): %s on %s CPUs",
+                                         " ".join(f"{x:.2f}" for x in load), os.cpu_count())
     path = os.environ.get(JSON_ENV)
     if path:
-        record = {"benchmark": os.path.basename(sys.argv[0]).removesuffix(".py"), "time": time.time(), **fields}
+        record = {"benchmark": os.path.basename(sys.argv[0]).removesuffix(".py"), "time": time.time(),
+                  "load_average": list(load), "cpus": os.cpu_count(), **fields}
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, default=str) + "\n")
     print(line, flush=True)

@@ -40,7 +40,7 @@ def test_report_prints_the_line_and_appends_json(harness, tmp_path, monkeypatch,
     assert capsys.readouterr().out.splitlines() == [line, "result: ratio=0.90 options=8"]
     records = [json.loads(x) for x in out.read_text().splitlines()]
     assert [(r["ratio"], r["options"]) for r in records] == [("1.04", 51), ("0.90", 8)]
-    assert all("benchmark" in r and "time" in r for r in records)
+    assert all("benchmark" in r and "time" in r and len(r["load_average"]) == 3 and r["cpus"] >= 1 for r in records)
 
 
 def test_result_keys_must_be_single_words(harness):
