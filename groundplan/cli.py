@@ -218,6 +218,20 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from groundplan.evaluation.compare import compare_folders
+
+    planners = [p.strip() for p in args.planners.split(",") if p.strip()] if args.planners else None
+    result, text = compare_folders(args.run_a, args.run_b, planners, ignore_env_options=args.ignore_env_options)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+        console.print(f"comparison: {args.json}", markup=False)
+    return 0
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     import mlflow
 
@@ -424,6 +438,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default: the traces')")
     tb.add_argument("--split", default=None, help="SayCanPay: the env's split the runs used (default: its own)")
     tb.set_defaults(func=cmd_tables)
+
+    cp = sub.add_parser("compare", help="compare two runs on the episodes they share: per planner, success with "
+                        "95%% intervals, Holm-adjusted McNemar tests, paired differences of the env's measures")
+    cp.add_argument("run_a", help="the baseline run folder (or a folder of runs), e.g. outputs/before/saycan_kitchen")
+    cp.add_argument("run_b", help="the run to compare with it (differences are B - A)")
+    cp.add_argument("--planners", default=None, metavar="LABEL,LABEL", help="compare only these planner labels")
+    cp.add_argument("--ignore-env-options", action="store_true",
+                    help="pair the episodes even though the runs' env options differ (the report says so)")
+    cp.add_argument("--json", default=None, metavar="PATH", help="also write the comparison as JSON to PATH")
+    cp.set_defaults(func=cmd_compare)
 
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")

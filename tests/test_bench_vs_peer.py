@@ -1,7 +1,6 @@
 """bench_vs_peer: the colab peer's LLM_CACHE, and the smallest run's result line (fake model)."""
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys

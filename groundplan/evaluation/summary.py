@@ -170,13 +170,41 @@ def method_rows(rows: list[SummaryRow], labels: list[tuple[str, str | None]],
 
 
 # ------------------------------------------------------------------------------------ paired tests
-def _outcome(trace: EpisodeTrace, measure: str) -> bool | None:
+def episode_key(trace: EpisodeTrace) -> tuple[str, int]:
+    """What makes two traces of one env the same episode for a paired test: the task and the seed (the
+    env's reset is seeded, so both planners start from the same world)."""
+    return trace.task_id, trace.seed
+
+
+def outcome(trace: EpisodeTrace, measure: str) -> bool | None:
+    """A trace's 0/1 outcome on ``measure`` (execution or plan success, or an env measure), or None where it
+    has none (no plan-success verdict, a measure not reported or not 0/1), so the pair is left out."""
     if measure == "execution_success":
         return bool(trace.execution_success)
     if measure == "plan_success":
         return None if trace.plan_success is None else bool(trace.plan_success)
     value = trace.metrics.get(measure)
     return None if value is None or value not in (0.0, 1.0) else bool(value)
+
+
+def mcnemar_pairs(pairs: Iterable[tuple[EpisodeTrace, EpisodeTrace]], measure: str) -> dict[str, Any] | None:
+    """The exact McNemar test (McNemar 1947) of ``measure`` on paired episodes (a's trace, b's trace): the
+    pair counts (both / only a / only b / neither), each side's rate on the pairs and the two-sided p-value.
+    Pairs where either side has no 0/1 outcome (:func:`outcome`) are left out; None when none is left."""
+    outcomes = [(outcome(x, measure), outcome(y, measure)) for x, y in pairs]
+    kept = [(x, y) for x, y in outcomes if x is not None and y is not None]
+    if not kept:
+        return None
+    both = sum(x and y for x, y in kept)
+    a_only = sum(x and not y for x, y in kept)
+    b_only = sum(y and not x for x, y in kept)
+    n = len(kept)
+    return {
+        "n_pairs": n, "both": both, "a_only": a_only, "b_only": b_only, "neither": n - both - a_only - b_only,
+        "a_rate": (both + a_only) / n, "b_rate": (both + b_only) / n,
+        "p_value": mcnemar_exact(a_only, b_only),
+        "test": "McNemar exact, two-sided (binomial on discordant pairs)",
+    }
 
 
 def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = None) -> list[dict[str, Any]]:
@@ -189,7 +217,7 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
     scans for a difference. Call a difference significant only by ``p_holm``."""
     by_env: dict[str, dict[str, dict[tuple[str, int], EpisodeTrace]]] = defaultdict(lambda: defaultdict(dict))
     for t in traces:
-        by_env[t.env][t.planner].setdefault((t.task_id, t.seed), t)
+        by_env[t.env][t.planner].setdefault(episode_key(t), t)
     order = {p: i for i, p in enumerate(planner_order or [])}
     out: list[dict[str, Any]] = []
     for env, planners in sorted(by_env.items()):
@@ -203,21 +231,9 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
                         *sorted({m for k in keys for m in planners[a][k].metrics
                                  if m not in ROW_RATES and is_proportion(m)})]
             for m in measures:
-                pairs = [(_outcome(planners[a][k], m), _outcome(planners[b][k], m)) for k in keys]
-                pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
-                if not pairs:
-                    continue
-                both = sum(x and y for x, y in pairs)
-                a_only = sum(x and not y for x, y in pairs)
-                b_only = sum(y and not x for x, y in pairs)
-                n = len(pairs)
-                out.append({
-                    "env": env, "measure": m, "a": a, "b": b, "n_pairs": n,
-                    "both": both, "a_only": a_only, "b_only": b_only, "neither": n - both - a_only - b_only,
-                    "a_rate": (both + a_only) / n, "b_rate": (both + b_only) / n,
-                    "p_value": mcnemar_exact(a_only, b_only),
-                    "test": "McNemar exact, two-sided (binomial on discordant pairs)",
-                })
+                record = mcnemar_pairs([(planners[a][k], planners[b][k]) for k in keys], m)
+                if record is not None:
+                    out.append({"env": env, "measure": m, "a": a, "b": b, **record})
         family = out[family_start:]
         for record, adjusted in zip(family, holm_adjust([r["p_value"] for r in family])):
             record["p_holm"] = adjusted

@@ -57,10 +57,10 @@ def paired_lines(traces: Sequence[EpisodeTrace], planner_order: list[str] | None
             for r in paired_tests(traces, planner_order)]
 
 
-def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: str | None = None) -> str:
-    """The table of the runs in ``run_dirs`` (several: planners run side by side, one table over all),
-    as text. A folder that is not a run stands for the runs directly inside it (``--output`` of
-    ``groundplan eval``). ``env`` and ``split`` name the env whose reference plans are SayCanPay's experts."""
+def run_folders(run_dirs: Sequence[str | Path]) -> list[Path]:
+    """The run folders ``run_dirs`` name: each is a run (``traces.jsonl`` and ``config.json``, as ``groundplan
+    eval`` writes them) or stands for the runs directly inside it (``--output`` of ``groundplan eval``), so
+    ``groundplan tables`` and ``groundplan compare`` accept the same folders."""
     folders: list[Path] = []
     for d in map(Path, run_dirs):
         runs = [d] if (d / "traces.jsonl").exists() else sorted(p.parent for p in d.glob("*/traces.jsonl"))
@@ -68,14 +68,33 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
             raise InvalidInputError(f"{d} is not a run folder, nor a folder of runs (a run holds traces.jsonl and "
                                     "config.json, as groundplan eval writes them)")
         folders += runs
-    configs = [json.loads((folder / "config.json").read_text()) for folder in folders]
+    return folders
+
+
+def run_configs(folders: Sequence[Path]) -> list[dict[str, Any]]:
+    """Each run folder's ``config.json``: what the run declares (its env and options, its planners)."""
+    return [json.loads((folder / "config.json").read_text()) for folder in folders]
+
+
+def run_traces(folders: Sequence[Path]) -> list[EpisodeTrace]:
+    """Every trace of the run folders, in file order; none at all is an error (nothing to report)."""
+    traces = [t for folder in folders for t in read_traces(folder / "traces.jsonl")]
+    if not traces:
+        raise InvalidInputError(f"no traces in {', '.join(map(str, folders))}")
+    return traces
+
+
+def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: str | None = None) -> str:
+    """The table of the runs in ``run_dirs`` (several: planners run side by side, one table over all),
+    as text. A folder that is not a run stands for the runs directly inside it (``--output`` of
+    ``groundplan eval``). ``env`` and ``split`` name the env whose reference plans are SayCanPay's experts."""
+    folders = run_folders(run_dirs)
+    configs = run_configs(folders)
     kinds = {table_kind(c) for c in configs}
     if len(kinds) > 1:
         raise InvalidInputError(f"these runs need different tables ({', '.join(sorted(kinds))}); give them one kind "
                                 "at a time")
-    traces = [t for folder in folders for t in read_traces(folder / "traces.jsonl")]
-    if not traces:
-        raise InvalidInputError(f"no traces in {', '.join(map(str, folders))}")
+    traces = run_traces(folders)
     kind = kinds.pop()
     if kind == "saycanpay":
         return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split)
