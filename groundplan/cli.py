@@ -292,6 +292,23 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prompt(args: argparse.Namespace) -> int:
+    """SayCanPay's few-shot prompt (App. A.1) from collected train trajectories, written to a file."""
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.grounding.saycanpay_data import few_shot_prompt, read_trajectories
+
+    trajs = read_trajectories([args.data], env=args.env, split="train")
+    if not trajs:
+        raise InvalidInputError(f"no train trajectories of env {args.env!r} under {args.data}; collect them first "
+                                "(groundplan collect configs/collect_<env>.yaml)")
+    text = few_shot_prompt(trajs, args.examples, seed=args.seed)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text, encoding="utf-8")
+    console.print(f"wrote {args.out}: {text.count('[Goal]')} examples from {len(trajs)} train trajectories",
+                  markup=False)
+    return 0
+
+
 def cmd_collect(args: argparse.Namespace) -> int:
     from groundplan.pipelines.collect import run_collect
     from groundplan.pipelines.collect_config import load_collect_config
@@ -459,6 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. epochs=5")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_train)
+
+    pr = sub.add_parser("prompt", help="write SayCanPay's few-shot prompt (App. A.1) from collected train "
+                        "trajectories")
+    pr.add_argument("data", help="a collected dataset folder or Parquet file, e.g. outputs/collect_babyai/data")
+    pr.add_argument("env", help="the env whose trajectories to use, e.g. babyai")
+    pr.add_argument("out", help="the prompt file to write, e.g. groundplan/planners/prompts/saycanpay_babyai.txt")
+    pr.add_argument("--examples", type=int, default=3, help="successful trajectories with distinct goals (default 3)")
+    pr.add_argument("--seed", type=int, default=0, help="which ones are drawn")
+    pr.set_defaults(func=cmd_prompt)
 
     c = sub.add_parser("collect", help="collect expert (or planner) trajectories into sharded Parquet (SayCanPay)")
     c.add_argument("config", help="a collect config, e.g. configs/collect_babyai.yaml")

@@ -57,3 +57,21 @@ def test_groundplan_collect_writes_a_store_the_readers_find(tmp_path, capsys):
         assert r["source"] == "reference_plan" and r["observations"][0] == r["init_obs"]
     assert len(prompt_examples(out / "data", env="kitchen")) == 56  # expert rows of the train split
     assert len(read_trajectories([str(out / "data")], env="kitchen", split="train")) == 56
+
+
+def test_groundplan_prompt_writes_the_few_shot_prompt_from_train_trajectories(tmp_path, capsys):
+    """SayCanPay App. A.1's prompt: `groundplan prompt DATA ENV OUT` (the configs' headers give the command)."""
+    from groundplan.cli import main
+    from tests.kitchen_data import collect_kitchen
+
+    data = collect_kitchen(tmp_path / "kitchen", seeds=(0,), splits=("train",))
+    out = tmp_path / "prompt.txt"
+    assert main(["prompt", str(data), "kitchen", str(out), "--examples", "2"]) == 0
+    text = out.read_text()
+    assert text.count("[Goal]") == 2 and text.count("[Initial State]") == 2 and "[Step 1]" in text
+    goals = [line.removeprefix("[Goal] ") for line in text.splitlines() if line.startswith("[Goal]")]
+    train_goals = {t.instruction for t in KitchenEnv(split="train").tasks()}
+    assert set(goals) <= train_goals and len(set(goals)) == 2  # distinct goals, train tasks only
+    capsys.readouterr()
+    assert main(["prompt", str(data), "babyai", str(tmp_path / "none.txt")]) == 2  # no such trajectories
+    assert "collect them first" in capsys.readouterr().out and not (tmp_path / "none.txt").exists()

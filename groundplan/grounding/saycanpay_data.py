@@ -280,14 +280,3 @@ def few_shot_prompt(trajs: Sequence[Trajectory], n: int = 3, seed: int = 0) -> s
     blocks = ["\n".join([f"[Goal] {t.goal}", f"[Initial State] {t.init_obs}"] +
                         [f"[Step {i + 1}] {a}" for i, a in enumerate(t.actions)]) for t in chosen]
     return "\n\n".join(blocks) + "\n"
-
-
-if __name__ == "__main__":  # python -m groundplan.grounding.saycanpay_data <data> <env> <out.txt> [n]
-    import sys
-
-    if len(sys.argv) < 4:
-        raise SystemExit("usage: python -m groundplan.grounding.saycanpay_data <parquet|folder> <env> <out.txt> [n]")
-    text = few_shot_prompt(read_trajectories([sys.argv[1]], env=sys.argv[2], split="train"),
-                           int(sys.argv[4]) if len(sys.argv) > 4 else 3)
-    with open(sys.argv[3], "w", encoding="utf-8") as fh:
-        fh.write(text)
