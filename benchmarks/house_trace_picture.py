@@ -1,5 +1,5 @@
 """Top-down picture of one house episode: rooms, doors, the agent's path, the targets and the scene-graph
-nodes the planner built (SayNav Fig. 2 style), for docs/results-saynav.md and for looking at what a planner did.
+nodes the planner built (SayNav Fig. 2 style), for docs/results/saynav.md and for looking at what a planner did.
 
     python benchmarks/house_trace_picture.py --config configs/saynav_house_learned.yaml \
         --planner "SayNav (score)" --house 3 --set env.options.perception=noisy --out docs/house_trace_saynav.png

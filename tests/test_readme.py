@@ -16,3 +16,20 @@ def test_readme_main_job_runs_the_shipped_config():
     readme = (ROOT / "README.md").read_text()
     assert "groundplan eval configs/saycan_kitchen.yaml" in readme
     assert (ROOT / "configs" / "saycan_kitchen.yaml").exists()
+
+
+def test_every_relative_link_in_the_docs_points_to_a_file():
+    """README.md and docs/**/*.md link each other and their pictures by relative paths; a moved page must
+    not leave a dead link behind."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "cluster").rglob("*.md"))]
+    dead = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # code blocks hold no links
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            if not (page.parent / target.split("#", 1)[0]).exists():
+                dead.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert dead == []
