@@ -43,8 +43,9 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from groundplan.envs.kitchen import KitchenEnv
-    from groundplan.grounding.saycanpay import CanPayModel, LearnedCanPay
-    from groundplan.grounding.saycanpay_config import CanPayModelConfig
+    from groundplan.grounding.canpay.config import CanPayModelConfig
+    from groundplan.grounding.canpay.model import CanPayModel
+    from groundplan.grounding.saycanpay import LearnedCanPay
     from groundplan.llm import load_llm
     from groundplan.planners.saycanpay import Expansion, SayCanPayPlanner
 

@@ -295,7 +295,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_prompt(args: argparse.Namespace) -> int:
     """SayCanPay's few-shot prompt (App. A.1) from collected train trajectories, written to a file."""
     from groundplan.core.errors import InvalidInputError
-    from groundplan.grounding.saycanpay_data import few_shot_prompt, read_trajectories
+    from groundplan.grounding.canpay.data import few_shot_prompt, read_trajectories
 
     trajs = read_trajectories([args.data], env=args.env, split="train")
     if not trajs:

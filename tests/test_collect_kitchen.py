@@ -37,7 +37,7 @@ def test_the_shipped_config_plans_280_train_and_140_test_trajectories():
 
 def test_groundplan_collect_writes_a_store_the_readers_find(tmp_path, capsys):
     from groundplan.cli import main
-    from groundplan.grounding.saycanpay_data import read_trajectories
+    from groundplan.grounding.canpay.data import read_trajectories
 
     out = tmp_path / "kitchen"
     args = ["collect", str(CONFIG), "--no-progress"]

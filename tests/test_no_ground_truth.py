@@ -194,8 +194,8 @@ def _learned_source() -> Any:
         import torch
         from transformers import AutoTokenizer, BertConfig, BertModel
 
-        from groundplan.grounding.saycanpay import CanPayModel
-        from groundplan.grounding.saycanpay_config import CanPayModelConfig
+        from groundplan.grounding.canpay.config import CanPayModelConfig
+        from groundplan.grounding.canpay.model import CanPayModel
         from groundplan.llm.loading import embedded_encoder_path
 
         folder = tempfile.mkdtemp(prefix="scp-guard-")

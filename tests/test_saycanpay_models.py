@@ -10,8 +10,12 @@ import pytest
 import torch
 
 from groundplan.core.errors import InvalidInputError, MissingModelError
-from groundplan.grounding.saycanpay_config import CanPayModelConfig, TrainConfig, default_delta
-from groundplan.grounding.saycanpay_data import (
+from groundplan.grounding.canpay.config import (
+    CanPayModelConfig,
+    TrainConfig,
+    default_delta,
+)
+from groundplan.grounding.canpay.data import (
     Trajectory,
     can_examples,
     discounted_returns,
@@ -70,7 +74,7 @@ def test_can_triples_and_pay_targets():
 
 
 def test_info_nce_is_cross_entropy_of_the_positive():
-    from groundplan.grounding.saycanpay import f1_score, info_nce_loss
+    from groundplan.grounding.canpay.losses import f1_score, info_nce_loss
 
     logits = torch.tensor([[2.0, 0.0, -1.0]])
     expected = -math.log(math.exp(2) / (math.exp(2) + 1 + math.exp(-1)))
@@ -82,12 +86,12 @@ def test_info_nce_is_cross_entropy_of_the_positive():
 def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
     """Save, register a version in a fresh SQLite registry, load it by 'models:/name/1' through the
     registered source; batched and one-by-one scoring agree; the batch runs one forward pass."""
+    import mlflow
+
     from groundplan.grounding import AFFORDANCES
-    from groundplan.grounding.saycanpay import CanPayModel
+    from groundplan.grounding.canpay.model import CanPayModel
     from groundplan.pipelines.tracking import use_experiment
     from groundplan.pipelines.train import register_version
-
-    import mlflow
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
@@ -115,7 +119,7 @@ def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
 
 
 def test_long_inputs_keep_goal_and_candidate(tiny_encoder):
-    from groundplan.grounding.saycanpay import load_tokenizer, tokenize
+    from groundplan.grounding.canpay.model import load_tokenizer, tokenize
 
     tok = load_tokenizer(tiny_encoder)
     text = format_input("GOALWORD", "obs", [f"step {i}" for i in range(200)], "LASTACTION")
@@ -138,7 +142,7 @@ def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp
     """``run_train`` end to end: Ray Train (1 worker), MLflow metrics per epoch, registry, load by name."""
     from mlflow.tracking import MlflowClient
 
-    from groundplan.grounding.saycanpay import load_model
+    from groundplan.grounding.canpay.model import load_model
     from groundplan.pipelines.train import run_train
 
     cfg = TrainConfig(name=f"{kind}-tiny", model={"kind": kind, "encoder": tiny_encoder, "max_length": 96},
@@ -164,7 +168,7 @@ def test_affordance_server_batches_episodes_into_one_forward(tiny_encoder, tmp_p
 
     from groundplan.actors.affordance_server import AffordanceServer
     from groundplan.core.types import Task
-    from groundplan.grounding.saycanpay import CanPayModel, load_model
+    from groundplan.grounding.canpay.model import CanPayModel, load_model
 
     can = str(CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64)).save(tmp_path / "can"))
     pay = str(CanPayModel(CanPayModelConfig(kind="pay", encoder=tiny_encoder, max_length=64)).save(tmp_path / "pay"))
@@ -266,7 +270,7 @@ def test_oracle_can_names_a_registered_env():
     """A typo in the oracle's env is refused when the config is read, not when its first episode starts."""
     from pydantic import ValidationError
 
-    from groundplan.grounding.saycanpay_config import OracleCanPayOptions
+    from groundplan.grounding.canpay.config import OracleCanPayOptions
 
     assert OracleCanPayOptions(env="blocks_bowls").env == "blocks_bowls"
     with pytest.raises(ValidationError, match="unknown env 'blocks'"):

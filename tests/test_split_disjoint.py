@@ -112,7 +112,7 @@ def test_virtualhome_test_programs_repeat_no_train_program():
 
 # ------------------------------------------------------------------------------------ Can/Pay validation
 def _trajectory(task, first_text: str, split: str = "train"):
-    from groundplan.grounding.saycanpay_data import Trajectory
+    from groundplan.grounding.canpay.data import Trajectory
 
     n = len(task.reference_plan)
     return Trajectory(f"{task.task_id}|0", "env", split, task.task_id, task.instruction, first_text,
@@ -120,7 +120,7 @@ def _trajectory(task, first_text: str, split: str = "train"):
 
 
 def _assert_split_by_task(trajs, seeds=(0, 1, 2)):
-    from groundplan.grounding.saycanpay_data import split_trajectories, trajectory_signature
+    from groundplan.grounding.canpay.data import split_trajectories, trajectory_signature
 
     for seed in seeds:
         train, val = split_trajectories(trajs, 0.2, seed)
@@ -133,8 +133,8 @@ def test_kitchen_can_pay_validation_holds_whole_tasks(tmp_path):
     """The kitchen data of ``configs/collect_kitchen.yaml`` (5 seeds per task, one instruction and reference
     plan each), read the way ``groundplan train`` reads it: no validation task has a trajectory in training."""
     from groundplan.envs.kitchen import KitchenEnv
-    from groundplan.grounding.saycanpay_config import TrainConfig
-    from groundplan.grounding.saycanpay_data import read_trajectories
+    from groundplan.grounding.canpay.config import TrainConfig
+    from groundplan.grounding.canpay.data import read_trajectories
     from groundplan.pipelines.train import build_examples
     from tests.kitchen_data import collect_kitchen
 
@@ -172,7 +172,7 @@ def test_can_pay_validation_holds_whole_tasks_in_every_env():
 def test_twins_of_different_task_ids_are_one_task():
     """Two trajectories that read alike are kept together even under different task ids; two seeds of one
     task are kept together even when their observations differ."""
-    from groundplan.grounding.saycanpay_data import Trajectory, task_groups
+    from groundplan.grounding.canpay.data import Trajectory, task_groups
 
     def traj(traj_id, task_id, goal, obs, actions):
         return Trajectory(traj_id, "e", "train", task_id, goal, obs, actions, (True,) * len(actions),

@@ -18,6 +18,6 @@ AFFORDANCES.register_lazy("tabletop_detected", "groundplan.grounding.tabletop:De
 AFFORDANCES.register_lazy("virtualhome_preconditions", "groundplan.grounding.virtualhome:PreconditionAffordance",
                           install="pip install --no-deps virtualhome-eval==0.1.1", config="groundplan.grounding.virtualhome:PreconditionConfig")
 AFFORDANCES.register_lazy("saycanpay_learned", "groundplan.grounding.saycanpay:LearnedCanPay",
-                          config="groundplan.grounding.saycanpay_config:LearnedCanPayOptions")
+                          config="groundplan.grounding.canpay.config:LearnedCanPayOptions")
 AFFORDANCES.register_lazy("saycanpay_oracle", "groundplan.grounding.saycanpay:OracleCanPay",
-                          config="groundplan.grounding.saycanpay_config:OracleCanPayOptions")
+                          config="groundplan.grounding.canpay.config:OracleCanPayOptions")

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from groundplan.core.errors import InvalidInputError
-from groundplan.grounding.saycanpay_config import TrainConfig
+from groundplan.grounding.canpay.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
 
 def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, int]]:
     """(train examples, validation examples, counts) for the config's model kind."""
-    from groundplan.grounding.saycanpay_data import (
+    from groundplan.grounding.canpay.data import (
         can_examples,
         pay_examples,
         read_trajectories,
@@ -92,7 +91,7 @@ def _batches(model: Any, examples: list[Any], kind: str, batch_size: int):
     """(logits, labels/targets) of ``examples`` in evaluation mode, batch by batch."""
     import torch
 
-    from groundplan.grounding.saycanpay import tokenize
+    from groundplan.grounding.canpay.model import tokenize
 
     net, tok, max_len = model["net"], model["tokenizer"], model["max_length"]
     device = next(net.parameters()).device
@@ -112,7 +111,7 @@ def evaluate(model: dict[str, Any], examples: list[Any], kind: str, batch_size: 
     the positive among its triple, InfoNCE loss; Pay → mse."""
     import torch
 
-    from groundplan.grounding.saycanpay import f1_score, info_nce_loss, pay_loss
+    from groundplan.grounding.canpay.losses import f1_score, info_nce_loss, pay_loss
 
     net = model["net"]
     was_training = net.training
@@ -149,8 +148,9 @@ def train_loop(config: dict[str, Any]) -> None:
     from torch.utils.data import DataLoader
     from tqdm.auto import tqdm
 
-    from groundplan.grounding.saycanpay import CanPayModel, info_nce_loss, pay_loss, tokenize
-    from groundplan.grounding.saycanpay_config import CanPayModelConfig
+    from groundplan.grounding.canpay.config import CanPayModelConfig
+    from groundplan.grounding.canpay.losses import info_nce_loss, pay_loss
+    from groundplan.grounding.canpay.model import CanPayModel, tokenize
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
@@ -244,7 +244,11 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     """Train, log to MLflow, register; see the module docstring. A tracking server that does not answer
     fails here, before the data is read or a model built (once training runs, MLflow's own retries ride
     out a server's short absence)."""
-    from groundplan.pipelines.tracking import check_tracking_server, resolve_tracking_uri, use_experiment
+    from groundplan.pipelines.tracking import (
+        check_tracking_server,
+        resolve_tracking_uri,
+        use_experiment,
+    )
 
     tracking_uri = resolve_tracking_uri(cfg.output_dir, cfg.tracking_uri)
     check_tracking_server(tracking_uri, hint="leave tracking_uri and MLFLOW_TRACKING_URI unset to register in the "

@@ -63,8 +63,8 @@ def canpay_models(folder: Path) -> dict[str, str]:
     (built once; the same seed gives the same weights on every run of the same torch)."""
     import torch
 
-    from groundplan.grounding.saycanpay import CanPayModel
-    from groundplan.grounding.saycanpay_config import CanPayModelConfig
+    from groundplan.grounding.canpay.config import CanPayModelConfig
+    from groundplan.grounding.canpay.model import CanPayModel
 
     out = {}
     for seed, kind in enumerate(("can", "pay")):
