@@ -73,51 +73,46 @@ def discounted_returns(rewards: Sequence[float], delta: float) -> list[float]:
 
 # ------------------------------------------------------------------------------------ reading
 def expand_paths(paths: Iterable[str]) -> list[str]:
-    """Parquet files named by ``paths`` (files, folders searched recursively, or globs), sorted."""
-    files: list[str] = []
+    """The datasets ``paths`` name: dataset folders and shard files as given, globs expanded to the files
+    they match; a path that names nothing is an error before any reading."""
+    out: list[str] = []
     for p in paths:
-        if os.path.isdir(p):
-            files += glob.glob(os.path.join(p, "**", "*.parquet"), recursive=True)
-        elif any(c in p for c in "*?["):
-            files += glob.glob(p, recursive=True)
+        if any(c in p for c in "*?["):
+            out += sorted(glob.glob(p, recursive=True))
         elif os.path.exists(p):
-            files.append(p)
+            out.append(p)
         else:
             from groundplan.core.errors import InvalidInputError
 
             raise InvalidInputError(f"trajectory data not found: {p}")
-    return sorted(set(files))
+    return list(dict.fromkeys(out))
 
 
 def read_trajectories(paths: Iterable[str], env: str | None = None, split: str | None = None) -> list[Trajectory]:
-    """Trajectories from Parquet files (pyarrow), filtered by env and split, in a stable order."""
-    import pyarrow.parquet as pq
-
+    """Trajectories of ``env`` and ``split`` from collected datasets (``groundplan collect``'s folders or
+    their shards), read by the one reader of the collect schema
+    (:func:`~groundplan.datasets.store.load_trajectories`), in ``traj_id`` order."""
     from groundplan.core.errors import InvalidInputError
+    from groundplan.datasets.store import load_trajectories
 
-    files = expand_paths(paths)
-    if not files:
-        raise InvalidInputError(f"no Parquet files under {list(paths)}")
+    paths = list(paths)
+    sources = expand_paths(paths)
+    if not sources:
+        raise InvalidInputError(f"no trajectory data under {paths}")
     out: list[Trajectory] = []
-    for f in files:
-        table = pq.read_table(f)
-        missing = {"traj_id", "goal", "init_obs", "actions"} - set(table.column_names)
-        if missing:
-            raise InvalidInputError(f"{f} lacks column(s) {sorted(missing)} of the trajectory schema")
-        for row in table.to_pylist():
-            if env is not None and row.get("env") != env:
+    for source in sources:
+        try:
+            rows = load_trajectories(source, split=split).to_pylist()
+        except FileNotFoundError as exc:
+            raise InvalidInputError(f"{exc}; collect trajectories with groundplan collect") from None
+        for row in rows:
+            if (env is not None and row["env"] != env) or not row["actions"]:
                 continue
-            if split is not None and row.get("split", split) != split:
-                continue
-            actions = tuple(row["actions"] or ())
-            if not actions:
-                continue
-            feasible = tuple(bool(x) for x in (row.get("feasible") or [True] * len(actions)))
-            rewards = tuple(float(x) for x in (row.get("rewards") or ([0.0] * (len(actions) - 1) + [1.0])))
             out.append(Trajectory(
-                traj_id=str(row["traj_id"]), env=str(row.get("env", "")), split=str(row.get("split", "")),
-                task_id=str(row.get("task_id", "")), goal=str(row["goal"]), init_obs=str(row["init_obs"]),
-                actions=actions, feasible=feasible, rewards=rewards, success=bool(row.get("success", True)),
+                traj_id=row["traj_id"], env=row["env"], split=row["split"], task_id=row["task_id"],
+                goal=row["goal"], init_obs=row["init_obs"], actions=tuple(row["actions"]),
+                feasible=tuple(bool(x) for x in row["feasible"]), rewards=tuple(float(x) for x in row["rewards"]),
+                success=bool(row["success"]),
             ))
     out.sort(key=lambda t: t.traj_id)
     return out
