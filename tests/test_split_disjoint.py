@@ -52,7 +52,7 @@ def test_babyai_split_shares_no_task_with_train(split):
 def test_blocks_bowls_splits_share_no_task_with_train(config):
     pytest.importorskip("pybullet")
     from groundplan.envs.tabletop.blocks_bowls import scene_text, split_tasks
-    from groundplan.envs.tabletop.scp_options import BlocksBowlsConfig
+    from groundplan.envs.tabletop.ravens_options import BlocksBowlsConfig
 
     def first_text(t):  # every block starts on the table
         return scene_text(t.start_state["bowls"], t.start_state["blocks"], {})
@@ -66,7 +66,7 @@ def test_blocks_bowls_splits_share_no_task_with_train(config):
 def test_hanoi_splits_share_no_task_with_train(config):
     pytest.importorskip("pybullet")
     from groundplan.envs.tabletop.hanoi import describe, split_tasks, start_stacks
-    from groundplan.envs.tabletop.scp_options import HanoiConfig
+    from groundplan.envs.tabletop.ravens_options import HanoiConfig
 
     def first_text(t):
         return describe(t.start_state["colours"], start_stacks(tuple(t.start_state["rods"])))

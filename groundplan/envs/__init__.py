@@ -23,9 +23,9 @@ ENVS.register_lazy("thor_house", "groundplan.envs.house.thor:ThorHouseEnv", inst
 ENVS.register_lazy("babyai", "groundplan.envs.babyai.env:BabyAIEnv", install="pip install 'groundplan[babyai]'",
                    config="groundplan.envs.babyai.options:BabyAIConfig")
 ENVS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiEnv", install="pip install 'groundplan[tabletop]'",
-                   config="groundplan.envs.tabletop.scp_options:HanoiConfig")
+                   config="groundplan.envs.tabletop.ravens_options:HanoiConfig")
 ENVS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsEnv",
-                   install="pip install 'groundplan[tabletop]'", config="groundplan.envs.tabletop.scp_options:BlocksBowlsConfig")
+                   install="pip install 'groundplan[tabletop]'", config="groundplan.envs.tabletop.ravens_options:BlocksBowlsConfig")
 ENVS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:SayCanPayVirtualHome",
                    install="pip install --no-deps virtualhome-eval==0.1.1",
                    config="groundplan.envs.virtualhome.saycanpay:SayCanPayVirtualHomeConfig")

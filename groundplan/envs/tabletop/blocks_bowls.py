@@ -30,7 +30,7 @@ from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
 from groundplan.envs.splits import draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
-from groundplan.envs.tabletop.scp_options import SPLITS, BlocksBowlsConfig
+from groundplan.envs.tabletop.ravens_options import SPLITS, BlocksBowlsConfig
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
 from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
 

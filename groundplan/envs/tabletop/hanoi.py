@@ -33,7 +33,7 @@ from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
 from groundplan.envs.splits import draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
-from groundplan.envs.tabletop.scp_options import SPLITS, HanoiConfig
+from groundplan.envs.tabletop.ravens_options import SPLITS, HanoiConfig
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
 
 DONE = "done"

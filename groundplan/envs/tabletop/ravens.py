@@ -10,7 +10,7 @@ import numpy as np
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import StepResult, Task
 from groundplan.envs.base import Env
-from groundplan.envs.tabletop.scp_options import _RavensOptions
+from groundplan.envs.tabletop.ravens_options import _RavensOptions
 from groundplan.envs.tabletop.world import TabletopWorld
 
 
