@@ -1,7 +1,8 @@
 """The trace viewer in headless Chromium (Selenium): open a sweep, filter, click an episode, and check
-what is shown; one screenshot per view goes to docs/viewer-*.png."""
+what is shown; one screenshot per view (to docs/viewer-*.png with GROUNDPLAN_REFRESH_DOCS=1)."""
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -15,6 +16,8 @@ from groundplan.rollout.frames import png_bytes, write_frames
 from groundplan.serve.viewer import ViewerData, make_server
 from tests.fakes import FakeLM, small_kitchen_config
 
+#: where the browser test saves its screenshots: a temporary folder, or docs/ (the pictures the docs show)
+#: when GROUNDPLAN_REFRESH_DOCS=1, so that a test run never rewrites files of the checkout by itself
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
 
@@ -69,7 +72,8 @@ def browser():
     driver.quit()
 
 
-def test_viewer_in_a_browser(sweep, browser):
+def test_viewer_in_a_browser(sweep, browser, tmp_path):
+    shots = DOCS if os.environ.get("GROUNDPLAN_REFRESH_DOCS") == "1" else tmp_path
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -81,7 +85,7 @@ def test_viewer_in_a_browser(sweep, browser):
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.episode-row")) == len(sweep.traces))
         summary = browser.find_elements(By.CSS_SELECTOR, "tr.summary-row")
         assert len(summary) == 6 and "[" in summary[0].text  # 2 planners x (2 families + all), with intervals
-        browser.save_screenshot(str(DOCS / "viewer-sweep.png"))
+        browser.save_screenshot(str(shots / "viewer-sweep.png"))
 
         Select(browser.find_element(By.ID, "filter-planner")).select_by_visible_text("SayCan")
         Select(browser.find_element(By.ID, "filter-success")).select_by_value("true")
@@ -89,7 +93,7 @@ def test_viewer_in_a_browser(sweep, browser):
         expected = [t for t in sweep.traces if t.planner == "SayCan" and t.execution_success]
         assert len(rows) == len(expected) > 0
         assert all("SayCan" in r.text and "success" in r.text for r in rows)
-        browser.save_screenshot(str(DOCS / "viewer-filtered.png"))
+        browser.save_screenshot(str(shots / "viewer-filtered.png"))
 
         Select(browser.find_element(By.ID, "filter-success")).select_by_value("")
         Select(browser.find_element(By.ID, "filter-planner")).select_by_value("")
@@ -106,7 +110,7 @@ def test_viewer_in_a_browser(sweep, browser):
         assert deltas == [s.prompt_delta for s in first.steps if s.prompt_delta]
         assert [e.text.removeprefix("feedback: ") for e in browser.find_elements(By.CSS_SELECTOR, ".feedback")] == \
             [s.feedback for s in first.steps if s.feedback]
-        browser.save_screenshot(str(DOCS / "viewer-episode.png"))
+        browser.save_screenshot(str(shots / "viewer-episode.png"))
     finally:
         server.shutdown()
         server.server_close()
