@@ -24,7 +24,7 @@ from groundplan.core.errors import InfrastructureError
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.envs.base import ActionModel, Env, listed_actions
 from groundplan.envs.experts import Expert
-from groundplan.planners.base import Planner
+from groundplan.planners.base import EpisodeProgress, Planner
 from groundplan.rollout.episode import run_episode
 from groundplan.rollout.traces import EpisodeTrace
 
@@ -34,7 +34,7 @@ class EpisodeFailed(RuntimeError):
     (``"<ExceptionType>: <message> (<where>)"``)."""
 
 
-class ExpertPlanner(Planner):
+class ExpertPlanner(EpisodeProgress, Planner):
     """An expert oracle as a :class:`Planner`, so the episode loop plays it: each decision is the expert's
     ``act``, and the env's done skill ends the episode."""
 
@@ -43,6 +43,7 @@ class ExpertPlanner(Planner):
         self.done_skill = done_skill
         self.name = expert.name
         self._task: Task | None = None
+        self._history: list[str] = []
 
     @property
     def oracles(self) -> tuple[str, ...]:
@@ -51,12 +52,17 @@ class ExpertPlanner(Planner):
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         self._task = task
+        self._begin_episode()
 
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
-        if self._task is None:
-            raise RuntimeError("ExpertPlanner.next_step was called before reset")
+        self._check_running()
         action = self.expert.act(self._task, observation)
-        return Decision(skill=action, done=action == self.done_skill)
+        done = action == self.done_skill
+        if done:
+            self._finished = True
+        else:
+            self._history.append(action)
+        return Decision(skill=action, done=done)
 
 
 class TrajectoryRecorder(Planner):
