@@ -45,8 +45,10 @@ import argparse
 import contextlib
 import functools
 import gc
+import importlib.util
 import io
 import logging
+import os
 import re
 import sys
 import time
@@ -96,6 +98,9 @@ PEAK_BF16_TFLOPS: list[tuple[str, str, float]] = [
 ]
 
 TOKENIZER = "smollm2-135m-instruct"
+#: a tokenizer folder to use instead (a GPU machine without the embedded model's package carries only its
+#: tokenizer files); ``--tokenizer`` sets it
+TOKENIZER_ENV = "GROUNDPLAN_BENCH_TOKENIZER"
 
 
 def gpu_peak(device_name: str) -> tuple[str, float | None]:
@@ -107,12 +112,13 @@ def gpu_peak(device_name: str) -> tuple[str, float | None]:
 
 
 def load_tokenizer() -> Any:
-    """The embedded SmolLM2 tokenizer (fast, from the converted model folder: no Hub access)."""
+    """The embedded SmolLM2 tokenizer (fast, from the converted model folder: no Hub access), or the
+    folder named by ``$GROUNDPLAN_BENCH_TOKENIZER``."""
     from transformers import AutoTokenizer
 
     from groundplan.llm.loading import resolve_model_path
 
-    return AutoTokenizer.from_pretrained(resolve_model_path(TOKENIZER))
+    return AutoTokenizer.from_pretrained(os.environ.get(TOKENIZER_ENV) or resolve_model_path(TOKENIZER))
 
 
 def build_model(arch: str, dtype: torch.dtype, device: str, vocab_size: int, seed: int = 0) -> Any:
@@ -239,6 +245,8 @@ def bench_arch(arch: str, dtype: torch.dtype, device: str, args: argparse.Namesp
     """Packed vs naive, warm step, padded vs loop, and agreement, for one architecture."""
     t0 = time.perf_counter()
     lm = make_engine(arch, dtype, device, args.seed, max_batch_rows=max(args.batches), prefix_cache_mb=args.prefix_cache_mb)
+    if args.no_splice:  # the baseline: every option encoded with the whole prompt, as before the line splice
+        lm._line_splice = False
     log.info("%s: built %.1fM parameters (%s, %s), tokenizer included, in %.1f s", arch, lm.num_parameters / 1e6,
              dtype, lm.device, time.perf_counter() - t0)
     requests = kitchen_requests(max(args.batches), args.options)
@@ -316,6 +324,13 @@ def bench_serve_ratio(arch: str, dtype: torch.dtype, device: str, args: argparse
     return float(fields["batched_ratio"])
 
 
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "na" if x is None else format(x, spec)
 
@@ -338,7 +353,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     ap.add_argument("--serve-concurrency", type=int, default=None, help="concurrent callers = @serve.batch size (default 16; CPU 2)")
     ap.add_argument("--serve-rounds", type=int, default=None, help="(serial, concurrent) window pairs (default 3; CPU 1)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-splice", action="store_true",
+                    help="encode every option with the whole prompt (the engine's line splice off): the baseline "
+                         "for the CPU cost of tokenisation in a step")
+    ap.add_argument("--tokenizer", default=None,
+                    help=f"tokenizer folder (default: ${TOKENIZER_ENV}, else the embedded {TOKENIZER})")
     args = ap.parse_args(argv)
+    if args.tokenizer:
+        if not Path(args.tokenizer, "tokenizer.json").is_file():
+            ap.error(f"--tokenizer {args.tokenizer}: no tokenizer.json there")
+        os.environ[TOKENIZER_ENV] = args.tokenizer
     setup_logging()
 
     cuda = torch.cuda.is_available()
@@ -361,7 +385,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     args.options = args.options or (51 if gpu else 6)
     args.batches = sorted(set(args.batches or ([1, 8, 32] if gpu else [1, 2, 4])))
     args.repeats = args.repeats or (5 if gpu else 1)
-    args.serve = gpu if args.serve is None else args.serve
+    ray_missing = not _importable("ray")
+    if args.serve and ray_missing:
+        ap.error("--serve needs Ray (pip install 'ray[serve]'), which is not installed here")
+    if args.serve is None and gpu and ray_missing:
+        print("Ray is not installed here: the Serve load is skipped (batched_ratio=na)")
+    args.serve = (gpu and not ray_missing) if args.serve is None else args.serve
     args.serve_requests = args.serve_requests or (64 if gpu else 4)
     args.serve_concurrency = args.serve_concurrency or (16 if gpu else 2)
     args.serve_rounds = args.serve_rounds or (3 if gpu else 1)
@@ -405,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     fields["padded_max_abs_diff"] = per(lambda r: f"{r.padded_agreement:.3g}")
     fields["decisions_identical"] = per(lambda r: r.agreement["decisions"])
     fields["top2_gap"] = per(lambda r: f"{r.agreement['top2_gap']:.3g}")
+    fields["splice"] = "off" if args.no_splice else "on"
     report(fields)
     return fields
 

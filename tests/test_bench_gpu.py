@@ -115,3 +115,10 @@ def test_cpu_dry_path_through_ray_serve(bench, capsys):
     fields = bench.main(["--device", "cpu", "--options", "4", "--serve"])
     assert _last_result(capsys) == fields
     assert float(fields["batched_ratio"]) > 0
+
+
+def test_step_profile_times_each_phase_on_cpu(load_benchmark, tmp_path):
+    phases = load_benchmark("profile_gpu_step").main(["--device", "cpu", "--arch", "tiny", "--options", "4",
+                                                      "--out", str(tmp_path)])
+    assert set(phases) == {"step_ms", "split_ms", "prepare_ms", "pack_forward_ms"} and all(v > 0 for v in phases.values())
+    assert "function calls" in (tmp_path / "cprofile.txt").read_text() and "aten::" in (tmp_path / "torch_profile.txt").read_text()

@@ -89,6 +89,64 @@ def test_option_tokens_are_those_of_the_joint_encoding(lm, prompt, option):
     assert abs(got.logprob_sum - ref.logprob_sum) < 1e-3
 
 
+SPLICE_CASES = [
+    (PROMPT, OPTIONS),
+    ("Human: Où est le café?\nRobot: 1. trouver le café, 2.", [" prendre la tasse", "\n3. done", " 🍎 apple", "2"]),
+    ("Steps:\n  indented last line:", [" a", "b", "\n- c"]),  # last line starts with spaces: not spliced
+    ("no newline at all:", [" a", " b"]),
+    ("first line\nsecond line\n", ["third", " third", "\n"]),  # prompt ends in a newline
+    ("a\r\nRobot: 1", ["0. go", ". go", "1"]),  # digits and a CRLF line end
+    ("x\n\tTab line", [" one", "\ttwo"]),
+]
+
+
+@pytest.mark.parametrize("prompt, options", SPLICE_CASES)
+def test_line_spliced_encoding_equals_the_joint_encoding(lm, prompt, options):
+    """The prompt encoded once and only its last line re-encoded with each option gives every option
+    the tokens and spans of the whole ``prompt + option`` encoding, for every option, not only the
+    first one that each call checks."""
+    spliced = lm._joint_encodings(prompt, options, splice=True)
+    joint = lm._joint_encodings(prompt, options, splice=False)
+    for (ids, ends), (ids_j, ends_j) in zip(spliced, joint):
+        assert ids.tolist() == ids_j.tolist() and ends.tolist() == ends_j.tolist()
+
+
+def test_splice_is_used_for_byte_level_bpe_and_falls_back_when_its_check_fails(lm, monkeypatch):
+    assert lm._line_splice  # SmolLM2: ByteLevel(use_regex=True)
+    before = lm.stats.splice_fallbacks
+    lm._joint_encodings(PROMPT, OPTIONS)
+    assert lm.stats.splice_fallbacks == before
+    real = lm._head_tokens
+
+    def wrong_head(prompt, cut):
+        ids, ends = real(prompt, cut)
+        return ids[:-1], ends[:-1]  # a head one token short: the first option's check must catch it
+
+    monkeypatch.setattr(lm, "_head_tokens", wrong_head)
+    got = lm._joint_encodings(PROMPT, OPTIONS)
+    assert lm.stats.splice_fallbacks == before + 1
+    assert [g[0].tolist() for g in got] == [j[0].tolist() for j in lm._joint_encodings(PROMPT, OPTIONS, splice=False)]
+
+
+def test_only_regex_pretokenizers_are_spliced():
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from groundplan.llm.hf import _pretokenizes_by_regex
+
+    def fast(pre):
+        tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1}, merges=[]))
+        tok.pre_tokenizer = pre
+        return PreTrainedTokenizerFast(tokenizer_object=tok)
+
+    assert _pretokenizes_by_regex(fast(pre_tokenizers.ByteLevel(add_prefix_space=False)))
+    llama3 = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{L}+|\s+"), behavior="isolated"),
+                                      pre_tokenizers.ByteLevel(use_regex=False)])
+    assert _pretokenizes_by_regex(fast(llama3))
+    assert not _pretokenizes_by_regex(fast(pre_tokenizers.Metaspace()))  # SentencePiece style (Gemma, Llama 2)
+    assert not _pretokenizes_by_regex(fast(pre_tokenizers.ByteLevel(use_regex=False)))
+
+
 def test_boundary_merge_differs_from_naive_concatenation(lm):
     """'pine' + 'apple' is not scored as the tokens of 'apple' on their own."""
     prompt, option = "I would like a pine", "apple"

@@ -19,7 +19,9 @@ batches and keeps the faster per device (``batched_forward_chosen``).
 
 Tokenisation at the boundary: an option's tokens are those it gets inside ``prompt + option``,
 i.e. every token of the joint encoding whose character span ends past the prompt (a leading space
-or a merge across the boundary included), conditioned on the joint encoding's own prompt tokens.
+or a merge across the boundary included), conditioned on the joint encoding's own prompt tokens. For
+byte-level BPE tokenizers the joint encodings are built by encoding the prompt once and only its last
+line with each option (checked against one true joint encoding per call; see ``_joint_encodings``).
 
 Prompt log-probs (``prompt_logprobs``: every token of a text with its log-prob, what an OpenAI-style
 server returns for ``echo`` with ``logprobs``, SayCan's scoring pattern over HTTP) take the same path:
@@ -34,6 +36,7 @@ reuses the key/values, and pays only for its new tokens.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -66,6 +69,7 @@ class EngineStats:
     beam_searches: int = 0  # beam_candidates calls
     prompt_logprob_texts: int = 0  # texts given per-token log-probs (prompt_logprobs)
     beam_memo_hits: int = 0  # of which answered from the beam memo
+    splice_fallbacks: int = 0  # score calls whose spliced encoding differed from the joint one (encoded jointly)
 
 
 class _BufferLayer(DynamicLayer):
@@ -214,6 +218,7 @@ class HFLanguageModel:
         self._bool_mask = self.model.config._attn_implementation == "sdpa"
         _add_sliding_window(self.model, self._head())
         self._special = set(self.tokenizer.all_special_ids)
+        self._line_splice = _pretokenizes_by_regex(self.tokenizer)
         self._eos = {i for i in [self.tokenizer.eos_token_id] if i is not None}
         self.batched_forward = batched_forward
         self.max_batch_rows = int(max_batch_rows)
@@ -232,26 +237,77 @@ class HFLanguageModel:
     def _encode(self, text: str) -> np.ndarray:
         return np.asarray(self.tokenizer(text, add_special_tokens=True).input_ids, dtype=np.int64)
 
-    def _split(self, prompt: str, options: Sequence[str]) -> tuple[np.ndarray, list[_OptionPlan], list[np.ndarray]]:
+    def _strip_appended(self, ids: list[int], offs: list[tuple[int, int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """Drop trailing special tokens some tokenizers append (EOS): they are not the text's."""
+        while len(ids) > 1 and ids[-1] in self._special and tuple(offs[-1]) == (0, 0):
+            ids, offs = ids[:-1], offs[:-1]
+        return ids, offs
+
+    def _encoded(self, ids: Sequence[int], offs: Sequence[Sequence[int]], shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, each token's character end + ``shift``) as arrays, appended special tokens dropped."""
+        ids, offs = self._strip_appended(list(ids), [tuple(o) for o in offs])
+        return np.asarray(ids, dtype=np.int64), np.asarray([e for _, e in offs], dtype=np.int64).reshape(-1) + shift
+
+    def _joint_encodings(self, prompt: str, options: Sequence[str], splice: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Token ids and each token's character end, of every ``prompt + option`` as the tokenizer
+        encodes the joint text.
+
+        Encoding 51 copies of a 3,000-character prompt costs tens of milliseconds of CPU per SayCan step,
+        more than the step's whole forward on a GPU. So with ``splice`` the prompt is encoded once, cut at
+        the start of its last line (a token boundary), and only ``last line + option`` is encoded per
+        option. That equals the joint encoding when the tokenizer pre-tokenises by a regular expression
+        (byte-level BPE: GPT-2, Llama 3, SmolLM2, Qwen), whose pieces never run from a newline into a
+        line that starts with a non-space character, and merges stay inside a piece; so the splice is used
+        only for such tokenizers (``_line_splice``) and such a last line. It is also checked against the
+        joint encoding of the first option on every call; a difference falls back to encoding every
+        option jointly (``stats.splice_fallbacks``)."""
+        joint = [prompt + o for o in options]
+        cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
+        if splice and self._line_splice and cut > 0 and not prompt[cut].isspace() and len(options) > 1:
+            head = self._head_tokens(prompt, cut)
+            if head is not None:
+                enc = self.tokenizer([t[cut:] for t in joint], add_special_tokens=False, return_offsets_mapping=True)
+                spliced = []
+                for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
+                    tail_ids, tail_ends = self._encoded(ids, offs, cut)
+                    spliced.append((np.concatenate([head[0], tail_ids]), np.concatenate([head[1], tail_ends])))
+                check = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
+                ids0, ends0 = self._encoded(check["input_ids"], check["offset_mapping"])
+                if np.array_equal(ids0, spliced[0][0]) and np.array_equal(ends0, spliced[0][1]):
+                    return spliced
+                self.stats.splice_fallbacks += 1
+        enc = self.tokenizer(joint, add_special_tokens=True, return_offsets_mapping=True)
+        return [self._encoded(ids, offs) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+
+    def _head_tokens(self, prompt: str, cut: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The prompt's tokens before character ``cut`` (special tokens the tokenizer prepends
+        included) and their character ends, or None when a token spans ``cut``."""
+        enc = self.tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+        ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        k = 0
+        while k < len(ids) and offs[k][1] <= cut and not (k and offs[k] == (0, 0)):
+            k += 1
+        if k == 0 or k == len(ids) or offs[k][0] < cut or offs[k - 1][1] != cut:
+            return None
+        return np.asarray(ids[:k], dtype=np.int64), np.asarray([e for _, e in offs[:k]], dtype=np.int64)
+
+    def _split(self, prompt: str, options: Sequence[str], splice: bool = True) -> tuple[np.ndarray, list[_OptionPlan], list[np.ndarray]]:
         """Tokenise ``prompt + option`` jointly and find each option's own tokens (see module doc).
 
         Returns the context shared by all options, each option's segment after it, and each option's
-        full joint encoding (for the reference path)."""
+        full joint encoding (for the reference path, which encodes every option jointly: ``splice=False``)."""
         if not options:
             raise InvalidInputError("score() needs at least one option")
         plen = len(prompt)
-        enc = self.tokenizer([prompt + o for o in options], add_special_tokens=True, return_offsets_mapping=True)
         fulls, firsts = [], []
-        for opt, ids, offs in zip(options, enc["input_ids"], enc["offset_mapping"]):
-            # drop trailing special tokens some tokenizers append (EOS); they are not the option's text
-            while len(ids) > 1 and ids[-1] in self._special and tuple(offs[-1]) == (0, 0):
-                ids, offs = ids[:-1], offs[:-1]
-            first = next((j for j, (_, end) in enumerate(offs) if end > plen), None)
+        for opt, (ids, ends) in zip(options, self._joint_encodings(prompt, options, splice=splice)):
+            past = np.flatnonzero(ends > plen)
+            first = int(past[0]) if len(past) else None
             if not opt or first is None:
                 raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
             if first == 0:
                 raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
-            fulls.append(np.asarray(ids, dtype=np.int64))
+            fulls.append(ids)
             firsts.append(first)
         shared = min(firsts)
         base = fulls[0][:shared]
@@ -554,7 +610,7 @@ class HFLanguageModel:
         Used by tests (equivalence) and the scoring benchmark (speed-up)."""
         options = list(options)
         with self._lock:
-            _, plans, fulls = self._split(prompt, options)
+            _, plans, fulls = self._split(prompt, options, splice=False)
             results = []
             for opt, plan, full in zip(options, plans, fulls):
                 first = len(full) - (len(plan.segment) - plan.scored_from)
@@ -582,8 +638,7 @@ class HFLanguageModel:
                 raise InvalidInputError("a prompt is empty")
             enc = self.tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
             ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-            while len(ids) > 1 and ids[-1] in self._special and offs[-1] == (0, 0):  # an appended EOS, as in _split
-                ids, offs = ids[:-1], offs[:-1]
+            ids, offs = self._strip_appended(ids, offs)
             return prompt, np.asarray(ids, dtype=np.int64), [int(o[0]) for o in offs]
         ids = [int(i) for i in prompt]
         if not ids:
@@ -856,6 +911,19 @@ def _add_sliding_window(model: torch.nn.Module, head: tuple[torch.nn.Module, tor
     target.register_forward_pre_hook(hook, with_kwargs=True)
     target._groundplan_sliding_window = True
     log.info("sliding-window layers (window %d): the engine's 4-D masks get the window in those layers", window)
+
+
+def _pretokenizes_by_regex(tokenizer) -> bool:
+    """Whether a fast tokenizer splits text into pieces by a regular expression before merging
+    (byte-level BPE's ``ByteLevel(use_regex=True)``, or a ``Split`` by pattern as Llama 3's), the
+    condition for encoding a prompt's last line apart from the lines before it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    return any((p.get("type") == "ByteLevel" and p.get("use_regex", True)) or
+               (p.get("type") == "Split" and "Regex" in (p.get("pattern") or {})) for p in parts)
 
 
 def _option_score(option: str, lps: list[float]) -> OptionScore:
