@@ -284,7 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from groundplan.serve.viewer import check_folder, serve_viewer
+    from groundplan.viewer.server import check_folder, serve_viewer
 
     check_folder(args.output_dir)
     console.print(f"trace viewer: http://{args.host}:{args.port}/")

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "groundplan"
 
 #: lowest first; a module may import its own layer and the ones before it
 LAYERS = ["core", "llm", "perception", "envs", "datasets", "grounding", "planners", "config", "factory", "rollout",
-          "evaluation", "actors", "pipelines", "serve", "plots", "cli"]
+          "evaluation", "viewer", "actors", "pipelines", "serve", "plots", "cli"]
 
 
 def _layer(module: str) -> str:

@@ -13,7 +13,8 @@ import pytest
 from groundplan.core.stats import wilson_interval as wilson
 from groundplan.pipelines.sweep import run_sweep
 from groundplan.rollout.frames import png_bytes, write_frames
-from groundplan.serve.viewer import ViewerData, make_server
+from groundplan.viewer.data import ViewerData
+from groundplan.viewer.server import make_server
 from tests.fakes import FakeLM, small_kitchen_config
 
 #: where the browser test saves its screenshots: a temporary folder, or docs/ (the pictures the docs show)
@@ -36,6 +37,35 @@ def sweep(tmp_path_factory):
         frames.append((k, png_bytes(img)))
     write_frames(result.run_dir, first.episode_id, frames)
     return result
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Two sweeps of the same episodes in one folder: A follows the whole plan, B stops after two skills."""
+    out = tmp_path_factory.mktemp("compare")
+    tasks = {"families": ["nl_nouns", "nl_single_primitive"], "per_family": 3}
+    for name, plan in (("run_a", PLAN), ("run_b", [*PLAN[:2], "done"])):
+        run_sweep(small_kitchen_config(out, name=name, tasks=tasks, seeds=[0], max_steps=6), lm=FakeLM.following(plan),
+                  progress=False)
+    return out
+
+
+def test_compare_data_is_groundplan_compare(two_runs):
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.evaluation.compare import compare_folders
+
+    data = ViewerData(two_runs)
+    got = data.compare("run_a", "run_b")
+    want, _ = compare_folders(two_runs / "run_a", two_runs / "run_b")
+    assert got["planners"] == want["planners"] and got["n_shared"] == want["n_shared"] == 12
+    assert (got["run_a"], got["run_b"]) == ("run_a", "run_b")
+    with pytest.raises(KeyError):
+        data.compare("run_a", "../run_b")
+    other = small_kitchen_config(two_runs, name="run_c", tasks={"families": ["structured"], "per_family": 1}, seeds=[0])
+    run_sweep(other, lm=FakeLM.following(PLAN), progress=False)
+    with pytest.raises(InvalidInputError, match="share no episode"):
+        data.compare("run_a", "run_c")
+    (two_runs / "run_c" / "traces.jsonl").unlink()  # leave the folder as the browser test expects it
 
 
 def test_data_side(sweep):
@@ -70,6 +100,38 @@ def browser():
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
     yield driver
     driver.quit()
+
+
+def test_viewer_compares_two_runs_in_a_browser(two_runs, browser, tmp_path):
+    shots = DOCS if os.environ.get("GROUNDPLAN_REFRESH_DOCS") == "1" else tmp_path
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from groundplan.evaluation.compare import compare_folders
+
+    want, _ = compare_folders(two_runs / "run_a", two_runs / "run_b")
+    server = make_server(two_runs, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr.episode-row")) == 12)
+        assert not browser.find_element(By.ID, "comparison").is_displayed()
+        Select(browser.find_element(By.ID, "compare")).select_by_value("run_b")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare-table tr.compare-row"))
+        text = browser.find_element(By.ID, "comparison").text
+        assert "A = run_a vs B = run_b" in text and "12 shared episodes" in text
+        rows = browser.find_elements(By.CSS_SELECTOR, "#compare-table tr.compare-row")
+        tests = [t for p in want["planners"] for t in (p["tests"] or [None])]
+        assert len(rows) == len(tests)
+        first = want["planners"][0]
+        assert rows[0].text.startswith(first["planner"]) and f"({first['success']['a']['successes']}/" in rows[0].text
+        browser.save_screenshot(str(shots / "viewer-compare.png"))
+        Select(browser.find_element(By.ID, "compare")).select_by_value("")
+        wait.until(lambda d: not d.find_element(By.ID, "comparison").is_displayed())
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_viewer_in_a_browser(sweep, browser, tmp_path):
@@ -114,3 +176,21 @@ def test_viewer_in_a_browser(sweep, browser, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_app_mounts_the_viewer_behind_its_token(two_runs):
+    from fastapi.testclient import TestClient
+
+    from groundplan.serve.api import build_api
+    from groundplan.serve.config import ServeConfig
+    from groundplan.serve.local import LocalBackend
+
+    cfg = ServeConfig(viewer_dir=str(two_runs))
+    c = TestClient(build_api(cfg, LocalBackend(cfg, FakeLM()), token="t0k"))
+    auth = {"Authorization": "Bearer t0k"}
+    assert c.get("/").status_code == 200 and "compare" in c.get("/").text  # the page itself holds no data
+    assert c.get("/viewer/api/compare/run_a/run_b").status_code == 401
+    r = c.get("/viewer/api/compare/run_a/run_b", headers=auth)
+    assert r.status_code == 200 and r.json() == ViewerData(two_runs).compare("run_a", "run_b")
+    assert c.get("/viewer/api/compare/run_a/nope", headers=auth).status_code == 404
+    assert [x["name"] for x in c.get("/viewer/api/runs", headers=auth).json()] == ["run_a", "run_b"]

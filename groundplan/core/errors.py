@@ -13,6 +13,13 @@ class UnknownNameError(GroundplanError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NotFoundError(GroundplanError, KeyError):
+    """Nothing by this name (a session, a run of the viewer, a frame); an HTTP front end answers 404."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidInputError(GroundplanError, ValueError):
     """An instruction, option list, action or config value that cannot be used as given."""
 

@@ -36,7 +36,6 @@ from groundplan.serve.errors import (
 )
 
 log = logging.getLogger(__name__)
-STATIC = Path(__file__).parent / "static"
 
 
 class Backend(Protocol):
@@ -227,7 +226,8 @@ class _HTTP(Exception):
 def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any]) -> None:
     """The trace viewer at ``/``: the static page is public (it holds no data); its data routes are
     behind the token like every other endpoint (the page sends the token it is given in ``#token=``)."""
-    from groundplan.serve.viewer import ViewerData
+    from groundplan.viewer import STATIC
+    from groundplan.viewer.data import ViewerData
 
     data = ViewerData(config.viewer_dir) if config.viewer_dir else None
 
@@ -251,6 +251,10 @@ def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any]) -> None
     @app.get("/viewer/api/runs/{run}", include_in_schema=False, dependencies=secured)
     async def run(run: str) -> Response:
         return Response(need().run_json(run), media_type="application/json")
+
+    @app.get("/viewer/api/compare/{run_a}/{run_b}", include_in_schema=False, dependencies=secured)
+    async def compare(run_a: str, run_b: str) -> Response:
+        return Response(need().compare_json(run_a, run_b), media_type="application/json")
 
     @app.get("/viewer/frames/{run}/{sid}/{name}", include_in_schema=False, dependencies=secured)
     async def frame(run: str, sid: str, name: str) -> FileResponse:

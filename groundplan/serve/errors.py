@@ -1,14 +1,10 @@
 """Errors of the serving layer, each mapped to one HTTP status by :mod:`groundplan.serve.api`."""
 from __future__ import annotations
 
-from groundplan.core.errors import GroundplanError
+from groundplan.core.errors import GroundplanError, NotFoundError
 
-
-class NotFoundError(GroundplanError, KeyError):
-    """Nothing by this name (a session, a run of the viewer, a frame) → 404."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+__all__ = ["NotFoundError", "RetryableError", "SessionConflictError", "SessionExpiredError", "SessionLimitError",
+           "SessionNotFoundError"]
 
 
 class SessionNotFoundError(NotFoundError):

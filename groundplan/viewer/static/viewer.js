@@ -1,5 +1,5 @@
 // groundplan trace viewer: plain JS, no build step, no network beyond this server.
-// Data: viewer/api/runs, viewer/api/runs/<run>, viewer/frames/<run>/<safe-id>/<n>.png.
+// Data: viewer/api/runs, viewer/api/runs/<run>, viewer/api/compare/<a>/<b>, viewer/frames/<run>/<safe-id>/<n>.png.
 // A bearer token given as #token=... is sent with every request (never put in the URL's query).
 "use strict";
 (function () {
@@ -18,7 +18,11 @@
   }
   async function getJSON(path) {
     const r = await fetch(path, { headers });
-    if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+    if (!r.ok) {
+      let detail = "";
+      try { detail = (await r.json()).detail || ""; } catch (e) { /* no JSON body */ }
+      throw new Error(detail || path + ": HTTP " + r.status);
+    }
     return r.json();
   }
   const pct = (x) => (x === null || x === undefined ? "—" : (100 * x).toFixed(0) + "%");
@@ -39,6 +43,7 @@
   async function loadRuns() {
     const runs = await getJSON("viewer/api/runs");
     $("run").replaceChildren(...runs.map((r) => el("option", { value: r.name, text: r.name })));
+    $("compare").replaceChildren(el("option", { value: "", text: "—" }), ...runs.map((r) => el("option", { value: r.name, text: r.name })));
     if (!runs.length) { $("status").textContent = "no sweeps (no traces.jsonl) in this folder"; return; }
     await loadRun(runs[0].name);
   }
@@ -51,6 +56,7 @@
     fillSelect("filter-family", [...new Set(traces.map((t) => t.family))]);
     renderSummary(data.table);
     renderEpisodes();
+    await loadComparison();
     $("status").textContent = `${traces.length} episodes` + (data.summary ? " · summary.json present" : "");
   }
 
@@ -152,7 +158,48 @@
     for (const name of t._frames) frames.append(await frameImage(t, name));
   }
 
+  // Run vs run on their shared episodes: the evaluation layer's comparison (groundplan compare), as a table.
+  async function loadComparison() {
+    const other = $("compare").value, box = $("comparison");
+    if (!other || other === run) { box.hidden = true; box.replaceChildren(); return; }
+    box.hidden = false;
+    box.replaceChildren(el("h2", { text: `A = ${run} vs B = ${other}` }), el("p", { class: "muted", text: "comparing…" }));
+    let c;
+    try {
+      c = await getJSON(`viewer/api/compare/${encodeURIComponent(run)}/${encodeURIComponent(other)}`);
+    } catch (e) {
+      box.replaceChildren(el("h2", { text: `A = ${run} vs B = ${other}` }), el("p", { class: "bad compare-error", text: e.message }));
+      return;
+    }
+    const ci = (s) => `${pct(s.rate)} (${s.successes}/${s.n}) [${(100 * s.ci[0]).toFixed(0)}, ${pct(s.ci[1])}]`;
+    const num = (x) => (x === null || x === undefined ? "—" : Number(x).toPrecision(3));
+    const table = el("table", { id: "compare-table" }, el("tr", {}, ...["planner", "shared", "A success", "B success",
+      "measure", "only A / only B", "McNemar p", "Holm p", ""].map((h) => el("th", { text: h }))));
+    const diffs = el("ul", { class: "compare-diffs" });
+    for (const p of c.planners) {
+      const tests = p.tests.length ? p.tests : [null];
+      tests.forEach((t, i) => table.append(el("tr", { class: "compare-row" },
+        el("td", { text: i ? "" : p.planner }), el("td", { text: i ? "" : p.n_shared }),
+        el("td", { text: i ? "" : ci(p.success.a) }), el("td", { text: i ? "" : ci(p.success.b) }),
+        el("td", { text: t ? t.measure : "—" }), el("td", { text: t ? `${t.a_only} / ${t.b_only}` : "—" }),
+        el("td", { text: t ? num(t.p_value) : "—" }), el("td", { text: t ? num(t.p_holm) : "—" }),
+        el("td", {}, t ? el("span", { class: t.significant ? "ok" : "na", text: t.significant ? "significant" : "not significant" }) : ""))));
+      for (const d of p.differences) {
+        diffs.append(el("li", { text: `${p.planner}: ${d.measure} B − A = ${num(d.diff)} [${num(d.ci[0])}, ${num(d.ci[1])}], `
+          + `A ${num(d.a_mean)}, B ${num(d.b_mean)}, n = ${d.n_pairs}${d.partial ? " (episodes where both have it)" : ""}` }));
+      }
+    }
+    const only = [c.planners_only_a.length ? `planners only in A: ${c.planners_only_a.join(", ")}` : "",
+      c.planners_only_b.length ? `planners only in B: ${c.planners_only_b.join(", ")}` : ""].filter(Boolean).join(" · ");
+    box.replaceChildren(el("h2", {}, `A = ${run} vs B = ${other} `,
+      el("span", { class: "muted", text: `(${c.n_shared} shared episodes; only in A ${c.only_a}, only in B ${c.only_b})` })),
+      table, diffs.children.length ? diffs : "",
+      el("p", { class: "muted", text: (only ? only + ". " : "") + "Pairs: same planner, env, task and seed. 95% Wilson intervals; "
+        + "exact McNemar on the discordant pairs, Holm-adjusted over the tests shown; differences B − A with 95% intervals." }));
+  }
+
   $("run").addEventListener("change", (e) => loadRun(e.target.value));
+  $("compare").addEventListener("change", () => loadComparison().catch((e) => { $("status").textContent = "error: " + e.message; }));
   for (const id of ["filter-planner", "filter-family", "filter-success"]) $(id).addEventListener("change", renderEpisodes);
   loadRuns().catch((e) => { $("status").textContent = "error: " + e.message; });
 })();

@@ -1,12 +1,4 @@
-"""The trace viewer's data side and its local server (``groundplan view OUTPUT_DIR``).
-
-The page (``static/viewer.html`` + ``viewer.js``, plain JS, no build step) reads three routes, served
-the same way by this module's small HTTP server and by the Serve app at ``/``:
-
-- ``viewer/api/runs``: the sweeps under the folder (each a folder with ``traces.jsonl``);
-- ``viewer/api/runs/<run>``: its episodes (traces), frame file names per episode, ``summary.json``, and a
-  summary table recomputed from the traces with n and 95% Wilson intervals;
-- ``viewer/frames/<run>/<safe-id>/<n>.png``: camera frames written by :func:`groundplan.rollout.frames.write_frames`.
+"""What the trace viewer's routes answer, read from a folder of sweeps (see :mod:`groundplan.viewer`).
 
 Paths from a request are never joined blindly: a run must be one that was listed, a frame name must
 match ``<digits>.png`` and the resolved file must lie inside the run folder.
@@ -17,19 +9,16 @@ import json
 import logging
 import math
 import re
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
+from groundplan.core.errors import NotFoundError
 from groundplan.core.stats import wilson_interval
+from groundplan.evaluation.compare import compare_folders
 from groundplan.evaluation.summary import summarize
 from groundplan.rollout.traces import EpisodeTrace
-from groundplan.serve.errors import NotFoundError
 
 log = logging.getLogger(__name__)
-STATIC = Path(__file__).parent / "static"
 _FRAME = re.compile(r"^\d{1,6}\.png$")
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]{1,300}$")
 
@@ -124,61 +113,13 @@ class ViewerData:
             raise NotFoundError("no such frame")
         return file
 
+    def compare(self, run_a: str, run_b: str) -> dict[str, Any]:
+        """Two listed runs compared on the episodes they share: ``groundplan compare``'s dict
+        (:func:`groundplan.evaluation.compare.compare_folders`). Differing env options, or no shared
+        episode, are an :class:`~groundplan.core.errors.InvalidInputError` that names them."""
+        result, _ = compare_folders(self._run(run_a), self._run(run_b))
+        result["run_a"], result["run_b"] = run_a, run_b
+        return _finite(result)
 
-class _Handler(BaseHTTPRequestHandler):
-    data: ViewerData
-
-    def log_message(self, fmt: str, *args: Any) -> None:  # route http.server's stderr lines to logging
-        log.debug("view: " + fmt, *args)
-
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        parts = [unquote(p) for p in urlparse(self.path).path.split("/") if p]
-        try:
-            if not parts:
-                self._send(200, (STATIC / "viewer.html").read_bytes(), "text/html; charset=utf-8")
-            elif parts == ["viewer.js"]:
-                self._send(200, (STATIC / "viewer.js").read_bytes(), "text/javascript; charset=utf-8")
-            elif parts == ["viewer", "api", "runs"]:
-                self._send(200, json.dumps(self.data.runs()).encode(), "application/json")
-            elif len(parts) == 4 and parts[:3] == ["viewer", "api", "runs"]:
-                self._send(200, self.data.run_json(parts[3]).encode(), "application/json")
-            elif len(parts) == 5 and parts[:2] == ["viewer", "frames"]:
-                self._send(200, self.data.frame_path(*parts[2:]).read_bytes(), "image/png")
-            else:
-                raise NotFoundError(f"no page {self.path!r}")
-        except NotFoundError as exc:
-            self._send(HTTPStatus.NOT_FOUND, json.dumps({"detail": str(exc)}).encode(), "application/json")
-
-
-def make_server(root: str | Path, host: str = "127.0.0.1", port: int = 8001) -> ThreadingHTTPServer:
-    """The viewer's HTTP server (not started); ``port=0`` picks a free one."""
-    handler = type("ViewerHandler", (_Handler,), {"data": ViewerData(root)})
-    return ThreadingHTTPServer((host, port), handler)
-
-
-def check_folder(root: str | Path) -> None:
-    if not Path(root).is_dir():
-        from groundplan.core.errors import InvalidInputError
-
-        raise InvalidInputError(f"{root} is not a folder; give an output folder (e.g. outputs/saycan_kitchen)")
-
-
-def serve_viewer(root: str | Path, host: str = "127.0.0.1", port: int = 8001) -> None:
-    """``groundplan view``: serve until interrupted."""
-    check_folder(root)
-    server = make_server(root, host, port)
-    log.info("trace viewer of %s at http://%s:%d/", root, host, server.server_address[1])
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    def compare_json(self, run_a: str, run_b: str) -> str:
+        return json.dumps(self.compare(run_a, run_b), allow_nan=False)
