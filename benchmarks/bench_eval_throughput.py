@@ -42,7 +42,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     from groundplan.cli import keep_planners
     from groundplan.config import load_config
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     runtime = [f"runtime.workers={args.workers}", f"runtime.scorer_cpus={args.scorer_cpus}",
                f"runtime.batch_window_ms={args.batch_window_ms}", f"runtime.max_batch={args.max_batch}",

@@ -44,7 +44,7 @@ def main() -> None:
     from benchmarks.kitchen_sweep import saycan_kitchen_sweep
     from groundplan.llm.hf import HFLanguageModel
     from groundplan.llm.memo import MemoizedLM, ScoreMemo
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
     from groundplan.planners.saycan import load_prompt
 
     base = saycan_kitchen_sweep(args.per_family, args.seeds, max_steps=args.max_steps)

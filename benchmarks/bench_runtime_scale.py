@@ -97,7 +97,7 @@ def main() -> None:
 
     from benchmarks.latency_model import LatencyLM
     from groundplan.config import EvalConfig
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     out = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     need = max(args.workers) * 0.5 + max(args.replicas) + 2  # room for the one-process-per-worker layout

@@ -126,7 +126,7 @@ def _clear_engine_cache(lm: Any) -> None:
 def run_side(side: str, cfg: Any, lm: Any) -> dict[str, Any]:
     """One cold sweep of one side, timed from start to end of ``run_sweep``."""
     from groundplan.llm.memo import MemoizedLM
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     _clear_engine_cache(lm)
     wrapped = ColabLM(lm) if side == "peer" else MemoizedLM(lm)

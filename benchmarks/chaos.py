@@ -462,7 +462,7 @@ def run_chaos(overrides: Sequence[str], output: Path, *, interval_s: float, scor
     import ray
 
     from groundplan.factory import make_env
-    from groundplan.pipelines.sweep import expand, run_sweep
+    from groundplan.pipelines.evaluate.sweep import expand, run_sweep
     from groundplan.rollout.traces import read_traces
 
     clean_cfg = sweep_config(overrides, output / "clean")
@@ -558,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import ray
 
-    from groundplan.pipelines.executors import worker_niceness_for_local_ray
+    from groundplan.actors.cluster import worker_niceness_for_local_ray
 
     overrides = sweep_overrides(families=args.families.split(",") if args.families else None,
                                 per_family=args.per_family, seeds=[int(s) for s in args.seeds.split(",")],

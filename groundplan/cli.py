@@ -58,7 +58,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     instruction = validate_instruction(args.instruction)
     if args.chart:  # fail before the model loads, not after the episode
-        from groundplan.pipelines.sweep import check_writable
+        from groundplan.pipelines.evaluate.sweep import check_writable
 
         check_writable(Path(args.chart).resolve().parent)
     env = ENVS.get(args.env)()
@@ -171,7 +171,7 @@ def keep_planners(cfg: Any, labels: str) -> Any:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.config import load_config
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     overrides = whole_task_file(args.set or [])
     if args.full:
@@ -235,7 +235,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_log(args: argparse.Namespace) -> int:
     import mlflow
 
-    from groundplan.pipelines.sweep import log_run_folder
+    from groundplan.pipelines.evaluate.sweep import log_run_folder
 
     run_id = log_run_folder(args.run, tracking_uri=args.tracking_uri)
     console.print(f"MLflow run: {run_id} in {mlflow.get_tracking_uri()}", markup=False)
@@ -245,7 +245,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
 
     from groundplan.core.errors import InvalidInputError
-    from groundplan.pipelines.report import render_report
+    from groundplan.pipelines.evaluate.report import render_report
 
     run_dir = Path(args.run)
     if not (run_dir / "traces.jsonl").exists():
@@ -310,8 +310,8 @@ def cmd_prompt(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from groundplan.pipelines.collect import run_collect
-    from groundplan.pipelines.collect_config import load_collect_config
+    from groundplan.pipelines.collect.collect import run_collect
+    from groundplan.pipelines.collect.config import load_collect_config
 
     cfg = load_collect_config(args.config, list(args.set or []))
     r = run_collect(cfg, progress=not args.no_progress, fresh=args.fresh)
@@ -336,10 +336,10 @@ def _train_kind(path: str) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from groundplan.pipelines.train import load_train_config, run_train
+    from groundplan.pipelines.train.canpay import load_train_config, run_train
 
     if _train_kind(args.config) == "pointnav":
-        from groundplan.pipelines.train_pointnav import (
+        from groundplan.pipelines.train.pointnav import (
             load_pointnav_config,
             run_train_pointnav,
         )

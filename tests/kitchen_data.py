@@ -11,8 +11,8 @@ CONFIG = Path(__file__).resolve().parents[1] / "configs" / "collect_kitchen.yaml
 def collect_kitchen(output_dir: str | Path, seeds: Sequence[int] = (0,), splits: Sequence[str] = ("train",)) -> Path:
     """Collect the shipped config's trajectories of ``splits`` and ``seeds`` under ``output_dir``; returns
     the dataset folder (``<output_dir>/data``)."""
-    from groundplan.pipelines.collect import run_collect
-    from groundplan.pipelines.collect_config import load_collect_config
+    from groundplan.pipelines.collect.collect import run_collect
+    from groundplan.pipelines.collect.config import load_collect_config
 
     cfg = load_collect_config(CONFIG, [f"output_dir={output_dir}", "executor=local", "mlflow=false",
                                        f"seeds={list(seeds)}", f"splits={list(splits)}"])

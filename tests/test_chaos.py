@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from groundplan.factory import make_env
-from groundplan.pipelines.sweep import expand, run_sweep
+from groundplan.pipelines.evaluate.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 
 ray = pytest.importorskip("ray")

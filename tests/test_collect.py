@@ -9,8 +9,8 @@ import pytest
 
 from groundplan.datasets import TRAJECTORY_SCHEMA, load_trajectories, prompt_examples
 from groundplan.datasets.store import JOURNAL, ShardWriter, finished_ids
-from groundplan.pipelines.collect import CollectInterrupted, plan_items, run_collect
-from groundplan.pipelines.collect_config import CollectConfig
+from groundplan.pipelines.collect.collect import CollectInterrupted, plan_items, run_collect
+from groundplan.pipelines.collect.config import CollectConfig
 
 pytest.importorskip("minigrid")
 

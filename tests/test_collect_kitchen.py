@@ -27,8 +27,8 @@ def test_the_env_draws_each_split():
 
 
 def test_the_shipped_config_plans_280_train_and_140_test_trajectories():
-    from groundplan.pipelines.collect import plan_items
-    from groundplan.pipelines.collect_config import load_collect_config
+    from groundplan.pipelines.collect.collect import plan_items
+    from groundplan.pipelines.collect.config import load_collect_config
 
     cfg = load_collect_config(CONFIG)
     assert cfg.env.options == {"mode": "language"}

@@ -118,7 +118,7 @@ def test_folders_report_and_refusal_on_different_env_options(tmp_path, capsys):
 
 def test_compare_two_real_eval_runs_end_to_end(tmp_path, monkeypatch, capsys):
     """Two tiny kitchen evals (fake LM), the second with one more seed; compare pairs the first's episodes."""
-    from groundplan.pipelines import sweep
+    from groundplan.pipelines.evaluate import sweep
     from tests.fakes import FakeLM
 
     real = sweep.run_sweep

@@ -10,8 +10,8 @@ import pytest
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
-from groundplan.pipelines import executors
-from groundplan.pipelines.sweep import run_sweep
+from groundplan.pipelines.evaluate import executors
+from groundplan.pipelines.evaluate.sweep import run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config, with_runtime
 

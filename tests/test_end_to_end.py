@@ -81,7 +81,7 @@ def test_cli_report_needs_a_run_folder(tmp_path, capsys):
 @pytest.mark.slow
 def test_quick_kitchen_eval_saycan_beats_novf(tmp_path):
     from groundplan.config import load_config
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     cfg = load_config("configs/saycan_kitchen.yaml", [f"output_dir={tmp_path}", "runtime.executor=local",
                                                        "runtime.mlflow=false"])

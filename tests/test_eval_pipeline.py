@@ -9,7 +9,7 @@ from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.factory import make_env
 from groundplan.evaluation.summary import summarize
-from groundplan.pipelines.sweep import expand, run_sweep
+from groundplan.pipelines.evaluate.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import FakeLM, small_kitchen_config
 

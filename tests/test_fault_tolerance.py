@@ -9,7 +9,7 @@ import pytest
 
 from groundplan.config import EvalConfig
 from groundplan.factory import make_env
-from groundplan.pipelines.sweep import expand, run_sweep
+from groundplan.pipelines.evaluate.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import GatedLM, slow_lm
 

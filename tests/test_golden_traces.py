@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent / "golden"))
 from sweeps import SWEEPS, records, sweep_config  # noqa: E402
 
 from groundplan.config import EvalConfig  # noqa: E402
-from groundplan.pipelines.sweep import run_sweep  # noqa: E402
+from groundplan.pipelines.evaluate.sweep import run_sweep  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
 TOL = 2e-4  # scores across CPUs (see above); chosen skills, candidates, outcomes and errors are compared exactly

@@ -157,7 +157,7 @@ def test_malformed_plan_is_recorded_and_replanned():
 
 
 def test_tiny_sweep_through_the_sweep_driver(tmp_path):
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     cfg = EvalConfig.model_validate({
         "name": "house_tiny", "env": {"name": "house", "options": {"houses_per_split": 2, "splits": ["test"]}},

@@ -33,7 +33,7 @@ def _sweep(lm, tmp_path: Path, name: str, prune: bool, memo: bool):
     sys.path.insert(0, str(ROOT))
     from benchmarks.kitchen_sweep import saycan_kitchen_sweep
     from groundplan.llm.memo import MemoizedLM, ScoreMemo
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
     from groundplan.planners.saycan import load_prompt
 
     base = saycan_kitchen_sweep(1, [0], max_steps=4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from groundplan.pipelines.sweep import run_sweep
+from groundplan.pipelines.evaluate.sweep import run_sweep
 from tests.fakes import FakeLM, small_kitchen_config, with_runtime
 
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]

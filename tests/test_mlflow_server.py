@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from groundplan.cli import main
-from groundplan.pipelines.sweep import run_sweep
+from groundplan.pipelines.evaluate.sweep import run_sweep
 from groundplan.rollout.traces import read_traces
 from tests.fakes import SLOW_LM_PLAN, FakeLM, small_kitchen_config, with_runtime
 from tests.live_services import MlflowServer, closed_port, no_mlflow_telemetry

@@ -25,7 +25,7 @@ import yaml
 
 from groundplan.config import load_config
 from groundplan.factory import make_env
-from groundplan.pipelines.sweep import expand, run_sweep
+from groundplan.pipelines.evaluate.sweep import expand, run_sweep
 from groundplan.rollout.traces import read_traces
 
 ray = pytest.importorskip("ray")
@@ -127,7 +127,7 @@ def test_eval_on_a_cluster_places_actors_by_resource_and_survives_a_lost_sim_nod
 
     watcher = Watcher(chaos, c, nodes, traces, remove_after=2)
     watcher.start()
-    caplog.set_level(logging.WARNING, logger="groundplan.pipelines.executors")
+    caplog.set_level(logging.WARNING, logger="groundplan.pipelines.evaluate.executors")
     try:
         rc = main(["eval", str(cfg_path), *[a for s in sets for a in ("--set", s)], "--address", c.address,
                    "--workers", "4", "--scorer-resource", "scorer=1", "--worker-resource", "sim=1", "--no-mlflow",

@@ -328,7 +328,7 @@ def test_the_api_key_never_reaches_traces_logs_mlflow_or_errors(standin, tmp_pat
         "planners": [{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"}],
         "tasks": {"ids": ["kitchen/nl_nouns/00"]}, "max_steps": 2,
         "runtime": {"executor": "local", "mlflow": True}})
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
     from groundplan.pipelines.tracking import flatten
 
     result = run_sweep(cfg, progress=False, resume=False)
@@ -445,7 +445,7 @@ def test_a_500_that_does_not_name_logprobs_still_fails_sampling(standin):
 
 def test_a_zero_shot_episode_runs_against_a_chat_only_server(standin, tmp_path):
     pytest.importorskip("virtualhome_eval")
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     replies = [[" Walk to dining room", " walk to the dining room", " Walk to dinning room"], [" Find cup"] * 3,
                [" Grab cup"] * 3]

@@ -42,7 +42,7 @@ def test_features_and_goal_sampling():
 
 def test_config_validation():
     from groundplan.envs.house.env import HouseEnv
-    from groundplan.pipelines.pointnav_config import PointNavTrainConfig
+    from groundplan.pipelines.train.pointnav_config import PointNavTrainConfig
 
     with pytest.raises(ValueError, match="overlap"):
         PointNavTrainConfig(kind="pointnav", train_seeds=(0, 10), eval_seeds=(5, 20))

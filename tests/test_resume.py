@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from groundplan.factory import make_env
-from groundplan.pipelines.sweep import episode_specs, run_sweep, select_tasks
+from groundplan.pipelines.evaluate.sweep import episode_specs, run_sweep, select_tasks
 from tests.fakes import FakeLM, small_kitchen_config
 
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]

@@ -105,7 +105,7 @@ def test_positive_logprobs_turn_pruning_off_rather_than_change_the_answer():
 
 def test_pruned_trace_is_json_and_renders(tmp_path):
     from groundplan.plots import plot_step_scores
-    from groundplan.pipelines.report import render_episode
+    from groundplan.pipelines.evaluate.report import render_episode
 
     env = ENVS.get("kitchen")()
     task = env.tasks()[0]

@@ -91,7 +91,7 @@ def test_model_round_trip_through_the_mlflow_registry(tiny_encoder, tmp_path):
     from groundplan.grounding import AFFORDANCES
     from groundplan.grounding.canpay.model import CanPayModel
     from groundplan.pipelines.tracking import use_experiment
-    from groundplan.pipelines.train import register_version
+    from groundplan.pipelines.train.canpay import register_version
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     model = CanPayModel(CanPayModelConfig(kind="can", encoder=tiny_encoder, max_length=64))
@@ -143,7 +143,7 @@ def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp
     from mlflow.tracking import MlflowClient
 
     from groundplan.grounding.canpay.model import load_model
-    from groundplan.pipelines.train import run_train
+    from groundplan.pipelines.train.canpay import run_train
 
     cfg = TrainConfig(name=f"{kind}-tiny", model={"kind": kind, "encoder": tiny_encoder, "max_length": 96},
                       data=[kitchen_data], env="kitchen", epochs=2, batch_size=8, lr_head=1e-2, lr_encoder=1e-3,
@@ -199,7 +199,7 @@ def test_train_cli_refuses_a_missing_config_before_work(capsys):
 
 
 def test_shipped_train_configs_validate():
-    from groundplan.pipelines.train import load_train_config
+    from groundplan.pipelines.train.canpay import load_train_config
 
     can = load_train_config("configs/train_can_kitchen.yaml")
     pay = load_train_config("configs/train_pay_kitchen.yaml", ["epochs=1"])

@@ -87,7 +87,7 @@ def test_adaptive_batch_closes_without_waiting_the_window_for_a_lone_caller():
 def test_sweep_reports_memo_hit_rate_to_stats_and_mlflow(tmp_path, ray_local, monkeypatch):
     import mlflow
 
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     cfg = with_runtime(small_kitchen_config(tmp_path / "ray", name="memo", tasks={"families": ["nl_nouns"], "per_family": 2}),

@@ -135,7 +135,7 @@ def test_kitchen_can_pay_validation_holds_whole_tasks(tmp_path):
     from groundplan.envs.kitchen import KitchenEnv
     from groundplan.grounding.canpay.config import TrainConfig
     from groundplan.grounding.canpay.data import read_trajectories
-    from groundplan.pipelines.train import build_examples
+    from groundplan.pipelines.train.canpay import build_examples
     from tests.kitchen_data import collect_kitchen
 
     data = collect_kitchen(tmp_path, seeds=range(5), splits=("train",))

@@ -255,8 +255,8 @@ def test_tables_are_not_cut_when_stdout_is_not_a_terminal():
 def test_eval_command_prints_intervals_when_redirected(monkeypatch, capsys, tmp_path):
     """`groundplan eval` end to end with the sweep stubbed out: the printed table has n and intervals."""
     from groundplan.cli import main
-    from groundplan.pipelines import sweep
-    from groundplan.pipelines.sweep import EvalResult
+    from groundplan.pipelines.evaluate import sweep
+    from groundplan.pipelines.evaluate.sweep import EvalResult
 
     def fake_run_sweep(cfg, progress=True, resume=True):
         rows = _wide_rows()

@@ -206,7 +206,7 @@ def test_virtualhome_example_file_and_its_errors(tmp_path):
 
 def test_a_sweep_runs_the_tasks_of_a_task_file(tmp_path):
     """``tasks.file`` in a config: the sweep runs the file's tasks (validated before anything runs)."""
-    from groundplan.pipelines.sweep import run_sweep
+    from groundplan.pipelines.evaluate.sweep import run_sweep
     from tests.fakes import FakeLM, small_kitchen_config
 
     root = Path(__file__).resolve().parents[1]
@@ -236,7 +236,7 @@ def test_a_task_file_set_on_the_command_line_runs_whole(tmp_path, monkeypatch, c
     many of the file's tasks it runs and how to run them all."""
     import logging
 
-    import groundplan.pipelines.sweep as sweep
+    import groundplan.pipelines.evaluate.sweep as sweep
     from groundplan import cli
     from groundplan.config import load_config
     from tests.fakes import FakeLM
@@ -259,7 +259,7 @@ def test_a_task_file_set_on_the_command_line_runs_whole(tmp_path, monkeypatch, c
     monkeypatch.setattr(sweep, "run_sweep", run_with_fake_lm)
     args = ["eval", str(config), "--local", "--no-mlflow", "--no-progress", "--planners", "No-VF",
             "--set", "max_steps=2", "--set", f"tasks.file={path}"]
-    with caplog.at_level(logging.WARNING, logger="groundplan.pipelines.sweep"):
+    with caplog.at_level(logging.WARNING, logger="groundplan.pipelines.evaluate.sweep"):
         assert cli.main([*args, "--output", str(tmp_path / "whole")]) == 0
         assert ran[-1] == {f"own-{k}" for k in range(5)}
         assert not [r for r in caplog.records if "task file" in r.getMessage()]

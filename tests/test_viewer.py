@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from groundplan.core.stats import wilson_interval as wilson
-from groundplan.pipelines.sweep import run_sweep
+from groundplan.pipelines.evaluate.sweep import run_sweep
 from groundplan.rollout.frames import png_bytes, write_frames
 from groundplan.viewer.data import ViewerData
 from groundplan.viewer.server import make_server

@@ -1,7 +1,7 @@
 """The data-collection worker: one env (and its expert or planner) per worker, one trajectory per call.
 
 Used in-process by the local executor and as a Ray actor (``ray.remote(CollectWorker)``) by
-:func:`groundplan.pipelines.collect.run_collect`. Building the env once per worker and reusing it
+:func:`groundplan.pipelines.collect.collect.run_collect`. Building the env once per worker and reusing it
 across episodes is what makes a pool pay off (PyBullet clients, minigrid levels, VirtualHome graphs).
 """
 from __future__ import annotations

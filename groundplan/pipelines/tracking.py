@@ -16,7 +16,7 @@ HTTP retries are bounded while a sweep is logged (:func:`bounded_http_retries`; 
 a refused connection for about four minutes), and a failure while logging a finished sweep costs
 the MLflow run, never the traces and summary already on disk: :func:`log_sweep_or_explain` says in one
 line how to log them later (``groundplan log <run folder>``,
-:func:`groundplan.pipelines.sweep.log_run_folder`).
+:func:`groundplan.pipelines.evaluate.sweep.log_run_folder`).
 """
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def _key(*parts: str) -> str:
 
 
 def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None = None) -> str:
-    """Log an :class:`~groundplan.pipelines.sweep.EvalResult` as one MLflow run; returns the run id."""
+    """Log an :class:`~groundplan.pipelines.evaluate.sweep.EvalResult` as one MLflow run; returns the run id."""
     import mlflow
 
     from groundplan.evaluation.summary import render_text
@@ -238,7 +238,7 @@ def log_sweep(result: Any, tracking_uri: str | None = None, run_name: str | None
         if (run_dir / "frames").is_dir():
             mlflow.log_artifacts(str(run_dir / "frames"), "frames")
         try:
-            from groundplan.pipelines.report import render_report
+            from groundplan.pipelines.evaluate.report import render_report
 
             render_report(run_dir)
             mlflow.log_artifacts(str(run_dir / "report"), "report")

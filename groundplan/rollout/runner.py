@@ -34,7 +34,7 @@ AffordanceFor = Callable[[PlannerSpec, str], Any]
 @dataclass(frozen=True)
 class EpisodeSpec:
     """One episode of a sweep. ``episode_id`` includes a hash of everything that can change the outcome
-    (see :func:`groundplan.pipelines.sweep.episode_specs`), so results of another config never match it."""
+    (see :func:`groundplan.pipelines.evaluate.sweep.episode_specs`), so results of another config never match it."""
 
     planner: PlannerSpec
     task: Task

@@ -2,7 +2,7 @@
 configs/train_pointnav_house.yaml``) that executes ``navigate to (x, z)`` in the house env instead of A*.
 
 SayNav Sec. 3.5 trains its low-level PointNav policy by imitation of a shortest-path expert (DAgger);
-ours is trained the same way with RLlib's behaviour cloning (:mod:`groundplan.pipelines.train_pointnav`).
+ours is trained the same way with RLlib's behaviour cloning (:mod:`groundplan.pipelines.train.pointnav`).
 The policy sees only what a robot with a depth scan and odometry has: the goal's distance and bearing
 and 24 free-space ranges (:func:`~groundplan.envs.house.gym_env.pointnav_features`), never the map. It
 acts until it chooses *stop*, greedily or by sampling its action distribution (``action`` in

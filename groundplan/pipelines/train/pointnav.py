@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from groundplan.core.stats import mean_interval, wilson_interval
-from groundplan.pipelines.pointnav_config import PointNavTrainConfig
-from groundplan.pipelines.train import TrainResult
+from groundplan.pipelines.train.pointnav_config import PointNavTrainConfig
+from groundplan.pipelines.train.canpay import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -252,9 +252,9 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
     import ray
 
     from groundplan.envs.house.learned_nav import META, MODULE_DIR
-    from groundplan.pipelines.executors import connect
+    from groundplan.actors.cluster import connect
     from groundplan.pipelines.tracking import check_tracking_server, flatten, resolve_tracking_uri, use_experiment
-    from groundplan.pipelines.train import register_version
+    from groundplan.pipelines.train.canpay import register_version
 
     tracking_uri = resolve_tracking_uri(cfg.output_dir, cfg.tracking_uri)
     check_tracking_server(tracking_uri, hint="leave tracking_uri and MLFLOW_TRACKING_URI unset to register in the "

@@ -15,17 +15,13 @@ in where the :class:`~groundplan.rollout.runner.EpisodeRunner` lives:
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import math
-import os
-from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
+from groundplan.actors.cluster import connect, merge_scorer_stats, wait_for_actors
 from groundplan.actors.pool import ActorPool, error_text
 from groundplan.config import EvalConfig
-from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import LanguageModel
 from groundplan.rollout.runner import (
     EpisodeResult,
@@ -162,77 +158,3 @@ class RayExecutor:
             if self.on_episode is not None:
                 ctx["runners"] = pool.actors  # a replaced runner's successor, for hooks that kill runners
                 self.on_episode(result.trace, ctx)
-
-
-def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool = False) -> bool:
-    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it.
-
-    A local Ray gets at least ``cpus_needed`` logical CPUs: actors' ``num_cpus`` are scheduling
-    reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU runners) would
-    otherwise leave runners unschedulable and the sweep waiting forever. ``log_to_driver`` forwards the
-    workers' output (Ray Train's progress bars) to this process."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": log_to_driver}
-    if address is None:
-        # local Ray: actors must import groundplan (and test helpers) from this checkout
-        root = str(Path(__file__).resolve().parents[2])
-        env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [root, os.environ.get("PYTHONPATH", "")] if p)}
-        kwargs["runtime_env"] = {"env_vars": env_vars}
-        kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpus_needed))
-        with worker_niceness_for_local_ray():
-            ray.init(address=address, **kwargs)
-        return True
-    ray.init(address=address, **kwargs)
-    return True
-
-
-@contextlib.contextmanager
-def worker_niceness_for_local_ray() -> Iterator[None]:
-    """Run a local Ray's workers at normal priority unless ``RAY_worker_niceness`` says otherwise.
-
-    Ray starts every worker process at nice 15 so the driver stays responsive, which suits workers that
-    are background helpers. Here the workers are the computation (the LLM scorer, the sims, the trainer):
-    at nice 15 they lose the CPU to any normal-priority process on the machine, so a sweep beside another
-    job runs far slower than the same sweep in one process, and a Ray Train worker beside an eval
-    starved at about a fifth of a core (measured on this 2-core machine). Set before ``ray.init`` starts
-    the raylet, which reads it; a cluster started with ``ray start`` keeps its own setting. Only the
-    ``ray.init`` inside the block sees it: the variable is restored afterwards, so it does not leak into
-    other Ray instances this process starts."""
-    previous = os.environ.get("RAY_worker_niceness")
-    os.environ.setdefault("RAY_worker_niceness", "0")
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("RAY_worker_niceness", None)
-
-
-def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list[Any]:
-    """``ray.get`` the actors' first calls, failing clearly (not hanging) when the cluster cannot place
-    them, e.g. it lacks the GPUs or custom resources they ask for."""
-    import ray
-
-    try:
-        return ray.get(refs, timeout=timeout_s)
-    except ray.exceptions.GetTimeoutError:
-        raise InvalidInputError(
-            f"the {what} did not start within {timeout_s:.0f} s: the cluster cannot place them "
-            f"(available: {ray.available_resources()}; total: {ray.cluster_resources()}). Ask for fewer "
-            "workers or scorers, or fewer CPUs/GPUs/resources per actor."
-        ) from None
-
-
-def merge_scorer_stats(per: list[dict[str, Any]]) -> dict[str, Any]:
-    """One scorer's stats, or the replicas' summed (memo hit rate over all lookups) with each kept."""
-    if len(per) == 1:
-        return per[0]
-    total = {k: sum(s.get(k, 0) for s in per) for k in ("requests", "batches", "options", "busy_s", "memo_hits",
-                                                         "memo_lookups", "options_computed")}
-    return {**total, "mean_batch_size": total["requests"] / total["batches"] if total["batches"] else 0.0,
-            "options_per_s": total["options"] / total["busy_s"] if total["busy_s"] else 0.0,
-            "memo_hit_rate": total["memo_hits"] / total["memo_lookups"] if total["memo_lookups"] else 0.0,
-            "replicas": per}

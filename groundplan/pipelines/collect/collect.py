@@ -27,8 +27,8 @@ from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples
 from groundplan.envs import ENVS
-from groundplan.pipelines.collect_config import CollectConfig
-from groundplan.pipelines.executors import connect
+from groundplan.pipelines.collect.config import CollectConfig
+from groundplan.actors.cluster import connect
 
 log = logging.getLogger(__name__)
 __all__ = ["CollectResult", "run_collect", "load_trajectories", "prompt_examples", "plan_items"]

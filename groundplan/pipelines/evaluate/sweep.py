@@ -1,7 +1,7 @@
 """The sweep driver: a config becomes episodes, an executor runs them, every finished episode is written
 at once, and the sweep is summarised and logged to MLflow (docs/architecture.md, "Sweeps").
 
-One driver serves both executors (:mod:`groundplan.pipelines.executors`: ``local`` in this process,
+One driver serves both executors (:mod:`groundplan.pipelines.evaluate.executors`: ``local`` in this process,
 ``ray`` on actors), so resume, traces, frames, summaries and MLflow behave the same on both paths.
 
 Guarantees:
@@ -36,7 +36,7 @@ from groundplan.envs import ENVS
 from groundplan.envs.base import Env
 from groundplan.factory import make_env, make_llm
 from groundplan.llm import LanguageModel
-from groundplan.pipelines.executors import Executor, LocalExecutor, RayExecutor
+from groundplan.pipelines.evaluate.executors import Executor, LocalExecutor, RayExecutor
 from groundplan.evaluation.summary import SummaryRow, select_best, summarize, summary_document
 from groundplan.rollout.frames import write_frames
 from groundplan.rollout.runner import EpisodeResult, EpisodeSpec

@@ -271,7 +271,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         params["delta"] = cfg.resolved_delta
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         mlflow.log_metrics({f"data.{k}": float(v) for k, v in counts.items()})
-        from groundplan.pipelines.executors import connect
+        from groundplan.actors.cluster import connect
 
         # the trainer's workers plus its controller actor
         started = connect(ray_address, cpus_needed=max(2, cfg.num_workers * cfg.cpus_per_worker + 1),
