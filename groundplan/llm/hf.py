@@ -255,41 +255,30 @@ class HFLanguageModel:
         Encoding 51 copies of a 3,000-character prompt costs tens of milliseconds of CPU per SayCan step,
         more than the step's whole forward on a GPU. So with ``splice`` the prompt is encoded once, cut at
         the start of its last line (a token boundary), and only ``last line + option`` is encoded per
-        option. That equals the joint encoding when the tokenizer pre-tokenises by a regular expression
+        option, after the tokens the first option's joint encoding has before that line (the one full
+        encoding a call makes). That equals the joint encoding when the tokenizer pre-tokenises by a regular expression
         (byte-level BPE: GPT-2, Llama 3, SmolLM2, Qwen), whose pieces never run from a newline into a
         line that starts with a non-space character, and merges stay inside a piece; so the splice is used
-        only for such tokenizers (``_line_splice``) and such a last line. It is also checked against the
-        joint encoding of the first option on every call; a difference falls back to encoding every
-        option jointly (``stats.splice_fallbacks``)."""
+        only for such tokenizers (``_line_splice``) and such a last line. The first option's spliced
+        encoding is also checked against its joint one on every call; a difference falls back to encoding
+        every option jointly (``stats.splice_fallbacks``)."""
         joint = [prompt + o for o in options]
         cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
         if splice and self._line_splice and cut > 0 and not prompt[cut].isspace() and len(options) > 1:
-            head = self._head_tokens(prompt, cut)
-            if head is not None:
+            first = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
+            k = _tokens_before(first["offset_mapping"], cut)
+            if k is not None:
+                ids0, ends0 = self._encoded(first["input_ids"], first["offset_mapping"])
                 enc = self.tokenizer([t[cut:] for t in joint], add_special_tokens=False, return_offsets_mapping=True)
                 spliced = []
                 for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
                     tail_ids, tail_ends = self._encoded(ids, offs, cut)
-                    spliced.append((np.concatenate([head[0], tail_ids]), np.concatenate([head[1], tail_ends])))
-                check = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
-                ids0, ends0 = self._encoded(check["input_ids"], check["offset_mapping"])
+                    spliced.append((np.concatenate([ids0[:k], tail_ids]), np.concatenate([ends0[:k], tail_ends])))
                 if np.array_equal(ids0, spliced[0][0]) and np.array_equal(ends0, spliced[0][1]):
                     return spliced
                 self.stats.splice_fallbacks += 1
         enc = self.tokenizer(joint, add_special_tokens=True, return_offsets_mapping=True)
         return [self._encoded(ids, offs) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
-
-    def _head_tokens(self, prompt: str, cut: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The prompt's tokens before character ``cut`` (special tokens the tokenizer prepends
-        included) and their character ends, or None when a token spans ``cut``."""
-        enc = self.tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
-        ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-        k = 0
-        while k < len(ids) and offs[k][1] <= cut and not (k and offs[k] == (0, 0)):
-            k += 1
-        if k == 0 or k == len(ids) or offs[k][0] < cut or offs[k - 1][1] != cut:
-            return None
-        return np.asarray(ids[:k], dtype=np.int64), np.asarray([e for _, e in offs[:k]], dtype=np.int64)
 
     def _split(self, prompt: str, options: Sequence[str], splice: bool = True) -> tuple[np.ndarray, list[_OptionPlan], list[np.ndarray]]:
         """Tokenise ``prompt + option`` jointly and find each option's own tokens (see module doc).
@@ -911,6 +900,17 @@ def _add_sliding_window(model: torch.nn.Module, head: tuple[torch.nn.Module, tor
     target.register_forward_pre_hook(hook, with_kwargs=True)
     target._groundplan_sliding_window = True
     log.info("sliding-window layers (window %d): the engine's 4-D masks get the window in those layers", window)
+
+
+def _tokens_before(offsets: Sequence[Sequence[int]], cut: int) -> int | None:
+    """How many leading tokens of an encoding end at or before character ``cut`` (special tokens the
+    tokenizer prepends included), or None when no token boundary lies at ``cut``."""
+    k = 0
+    while k < len(offsets) and offsets[k][1] <= cut and not (k and tuple(offsets[k]) == (0, 0)):
+        k += 1
+    if k == 0 or k == len(offsets) or offsets[k][0] < cut or offsets[k - 1][1] != cut:
+        return None
+    return k
 
 
 def _pretokenizes_by_regex(tokenizer) -> bool:
