@@ -17,7 +17,6 @@ import logging
 import os
 import pstats
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,22 +29,12 @@ import bench_gpu
 log = logging.getLogger("profile_gpu_step")
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def median_ms(fn: Callable[[], Any], device: str, n: int = 10) -> tuple[float, Any]:
-    """Median wall milliseconds of ``n`` synchronised calls (in inference mode), and the last result."""
-    times, out = [], None
-    for _ in range(n):
-        _sync(device)
-        t = time.perf_counter()
-        with torch.inference_mode():
-            out = fn()
-        _sync(device)
-        times.append(time.perf_counter() - t)
-    return 1e3 * sorted(times)[n // 2], out
+def median_ms(fn: Callable[[], Any], n: int = 10) -> tuple[float, Any]:
+    """Median wall milliseconds of ``n`` synchronised calls after a warm-up (``bench_gpu.timed``), in
+    inference mode (the engine's private phases assume it), and the warm-up's result."""
+    with torch.inference_mode():
+        seconds, out = bench_gpu.timed(fn, n)
+    return 1e3 * seconds, out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -67,10 +56,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     prompt += " find a coke can, 2."
     for _ in range(3):
         lm.score(prompt, options)
-    phases = {"step_ms": median_ms(lambda: lm.score(prompt, options), device)[0],
-              "split_ms": median_ms(lambda: lm._split(prompt, options), device)[0]}
-    phases["prepare_ms"], prepared = median_ms(lambda: lm._prepare(prompt, options), device)
-    phases["pack_forward_ms"] = median_ms(lambda: lm._packed(prepared), device)[0]
+    phases = {"step_ms": median_ms(lambda: lm.score(prompt, options))[0],
+              "split_ms": median_ms(lambda: lm._split(prompt, options))[0]}
+    phases["prepare_ms"], prepared = median_ms(lambda: lm._prepare(prompt, options))
+    phases["pack_forward_ms"] = median_ms(lambda: lm._packed(prepared))[0]
     log.info("%s on %s, %d options, prompt cached: %s", arch, device, len(options),
              ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
 
@@ -78,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     prof.enable()
     for _ in range(5):
         lm.score(prompt, options)
-    _sync(device)
+    bench_gpu._sync()
     prof.disable()
     text = io.StringIO()
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
@@ -89,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     with profile(activities=activities) as tprof:
         for _ in range(3):
             lm.score(prompt, options)
-        _sync(device)
+        bench_gpu._sync()
     key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
     table = tprof.key_averages().table(sort_by=key, row_limit=20)
     print(text.getvalue())
