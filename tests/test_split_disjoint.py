@@ -183,3 +183,21 @@ def test_twins_of_different_task_ids_are_one_task():
     c = traj("c", "t3", "pick up the ball", "room 2", ("pick up ball", "done"))  # another start
     d = traj("d", "t3", "pick up the ball", "room 3", ("pick up ball", "done"))  # another seed of t3
     assert sorted(sorted(t.traj_id for t in g) for g in task_groups([a, b, c, d])) == [["a", "b"], ["c", "d"]]
+
+
+def test_every_env_refuses_an_unknown_split_by_one_check() -> None:
+    """One split vocabulary and one refusal (envs/splits.py) serve every env that has SayCanPay splits."""
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.envs.babyai.options import BabyAIConfig
+    from groundplan.envs.kitchen.tasks import tasks_for
+    from groundplan.envs.splits import SCP_SPLITS, check_split
+    from groundplan.envs.tabletop.ravens_options import HanoiConfig
+
+    assert SCP_SPLITS == ("train", "test", "test-generalize")
+    for split in SCP_SPLITS:
+        check_split(split)
+        assert BabyAIConfig(split=split).split == split and HanoiConfig(split=split).split == split
+    with pytest.raises(InvalidInputError, match="unknown split 'val'; valid: train, test, test-generalize"):
+        check_split("val")
+    with pytest.raises(InvalidInputError, match="unknown split 'test-generalize'; valid: train, test"):
+        tasks_for(split="test-generalize")

@@ -13,9 +13,21 @@ Every split is deduplicated on :func:`visible_signature` instead: the envs draw 
 from __future__ import annotations
 
 import hashlib
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Literal, Sequence, get_args
 
+from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Task
+
+#: SayCanPay's three splits (Sec. 6): train (Can/Pay data and few-shot examples), test (seen task
+#: kinds), test-generalize (unseen objects, colours or sizes); the field type of every env that has them
+SayCanPaySplit = Literal["train", "test", "test-generalize"]
+SCP_SPLITS: tuple[str, ...] = get_args(SayCanPaySplit)
+
+
+def check_split(split: str, valid: Sequence[str] = SCP_SPLITS) -> None:
+    """Refuse a split name outside ``valid`` before any task is drawn, naming the valid ones."""
+    if split not in valid:
+        raise InvalidInputError(f"unknown split {split!r}; valid: {', '.join(valid)}")
 
 
 def normalise_text(text: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from pathlib import Path
 from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Request

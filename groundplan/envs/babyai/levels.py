@@ -28,8 +28,8 @@ from minigrid.envs.babyai.core.verifier import ObjDesc, PickupInstr
 from minigrid.envs.babyai.unlock import BlockedUnlockPickup, UnlockPickup, UnlockToUnlock
 
 from groundplan.core.types import Task
-from groundplan.envs.babyai.options import FAMILIES, SPLITS
-from groundplan.envs.splits import draw_tasks, visible_signature
+from groundplan.envs.babyai.options import FAMILIES
+from groundplan.envs.splits import check_split, draw_tasks, visible_signature
 
 #: first seed of each split (ranges never overlap for any sensible split size)
 SEED_BASE = {"train": 0, "test": 1_000_000, "test-generalize": 2_000_000}
@@ -158,8 +158,7 @@ def split_tasks(split: str, sizes: dict[str, int], families: tuple[str, ...] = F
                 plan_of: PlanOf) -> list[Task]:
     """The deterministic tasks of ``split``, with their expert plans; ``sizes`` maps split → tasks per
     family; ``plan_of`` gives a task's expert plan (part of what the models read, so of the signature)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    check_split(split)
     out: list[Task] = []
     for fam in families:
         out.extend(_family_tasks(fam, split, sizes[split], sizes["train"], plan_of))

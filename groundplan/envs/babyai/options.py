@@ -1,13 +1,12 @@
 """Options of the BabyAI env (no minigrid import, so configs validate without it)."""
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from groundplan.envs.splits import SayCanPaySplit
 
 #: the four SayCanPay BabyAI levels (Sec. 6, "BabyAI ... pickup tasks")
 FAMILIES: tuple[str, ...] = ("pickup", "unlock_pickup", "blocked_unlock_pickup", "unlock_to_unlock")
-SPLITS: tuple[str, ...] = ("train", "test", "test-generalize")
 
 
 class BabyAIConfig(BaseModel):
@@ -18,7 +17,7 @@ class BabyAIConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    split: Literal["train", "test", "test-generalize"] = Field(
+    split: SayCanPaySplit = Field(
         "test", description="Which deterministic split env.tasks() returns (train: Can/Pay data and prompt "
         "examples; test; test-generalize: more rooms and distractors).")
     train_per_family: int = Field(100, ge=1, le=10_000, description="Train tasks per level (paper: 400 in all).")

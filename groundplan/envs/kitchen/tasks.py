@@ -47,6 +47,7 @@ from groundplan.envs.kitchen.world import (
     USER,
     KitchenState,
 )
+from groundplan.envs.splits import check_split
 
 Predicate = tuple[Any, ...]
 Clause = tuple[Predicate, ...]
@@ -482,8 +483,7 @@ def tasks_for(families: Sequence[str] | None = None, split: str | None = None) -
     """Tasks of the given families (all when None) and SayCanPay split (both when None); an unknown
     family or split raises :class:`InvalidInputError`."""
     if split is not None:
-        if split not in SPLITS:
-            raise InvalidInputError(f"unknown kitchen split {split!r}; valid: {', '.join(SPLITS)}")
+        check_split(split, SPLITS)
         return [t for t in tasks_for(families) if kitchen_split(t.task_id) == split]
     if families is None:
         return list(TASKS)

@@ -28,9 +28,9 @@ import numpy as np
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
-from groundplan.envs.splits import draw_tasks, visible_signature
+from groundplan.envs.splits import check_split, draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
-from groundplan.envs.tabletop.ravens_options import SPLITS, BlocksBowlsConfig
+from groundplan.envs.tabletop.ravens_options import BlocksBowlsConfig
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
 from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
 
@@ -138,8 +138,7 @@ def split_tasks(split: str, n: int, n_train: int) -> tuple[Task, ...]:
     (:func:`~groundplan.envs.splits.visible_signature`) is skipped for the next draw: scenes at other
     millimetre positions read the same (4 of the first 50 test tasks were train tasks to the models when
     only positions were compared)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    check_split(split)
     train = () if split == "train" else split_tasks("train", n_train, n_train)
     picked = draw_tasks(_candidates(split), n, "layout_signature", exclude={t.metadata["signature"] for t in train})
     return tuple(dataclasses.replace(t, task_id=f"blocks_bowls/{split}/{i:04d}") for i, t in enumerate(picked))

@@ -31,9 +31,9 @@ import pybullet as pb
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import EnvCapabilities
-from groundplan.envs.splits import draw_tasks, visible_signature
+from groundplan.envs.splits import check_split, draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
-from groundplan.envs.tabletop.ravens_options import SPLITS, HanoiConfig
+from groundplan.envs.tabletop.ravens_options import HanoiConfig
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
 
 DONE = "done"
@@ -160,8 +160,7 @@ def split_tasks(split: str, n: int, n_train: int, tower_goal_prob: float) -> tup
     that repeats a train task in what the models read (:func:`~groundplan.envs.splits.visible_signature`)
     is skipped for the next draw: the text does not always tell the disks' sizes apart (three disks on
     three rods), so different states can read the same."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; valid: {', '.join(SPLITS)}")
+    check_split(split)
     train = () if split == "train" else split_tasks("train", n_train, n_train, tower_goal_prob)
     picked = draw_tasks(_candidates(split, tower_goal_prob), n, "state_signature",
                         exclude={t.metadata["signature"] for t in train})

@@ -9,13 +9,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SPLITS: tuple[str, ...] = ("train", "test", "test-generalize")
+from groundplan.envs.splits import SayCanPaySplit
 
 
 class _RavensOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    split: Literal["train", "test", "test-generalize"] = Field(
+    split: SayCanPaySplit = Field(
         "test", description="Which deterministic split env.tasks() returns (train: Can/Pay data and prompt "
         "examples; test; test-generalize: novel colours and more objects).")
     train_size: int = Field(800, ge=1, le=100_000, description="Train tasks (paper: 800).")

@@ -21,23 +21,21 @@ objects are close to it, read from the evolving graph.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 from pydantic import Field
 
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.experts import ReferencePlanExpert
-from groundplan.envs.splits import visible_signature
+from groundplan.envs.splits import SayCanPaySplit, visible_signature
 from groundplan.envs.virtualhome.env import VirtualHomeConfig, VirtualHomeEnv
-
-SCP_SPLITS = ("train", "test", "test-generalize")
 
 
 class SayCanPayVirtualHomeConfig(VirtualHomeConfig):
     """:class:`VirtualHomeConfig` plus the SayCanPay split; unknown fields are refused."""
 
-    scp_split: Literal["train", "test", "test-generalize"] = Field(
+    scp_split: SayCanPaySplit = Field(
         "test", description="SayCanPay split env.tasks() returns (train/test: seen task categories, "
         "test-generalize: unseen ones).")
     generalize_size: int = Field(20, ge=1, le=1000, description="Test-generalize tasks (paper: 20).")
