@@ -20,9 +20,7 @@ Last line: ``result: ratio=<x> ms_per_request_loop=<x> ms_per_request_padded=<x>
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -33,6 +31,7 @@ from groundplan.planners.saycan import load_prompt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
 from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import timed as harness_timed  # noqa: E402
 
 INSTRUCTIONS = ["How would you bring me a coke can?", "Throw away the sponge.", "Bring me an apple from the counter.",
                 "Put the chips in the drawer.", "Bring me something to drink.", "Move the water bottle to the table.",
@@ -61,14 +60,7 @@ def main() -> None:
           f"prompt_tokens={len(lm.tokenizer(requests[0][0]).input_ids)} options={len(options)}")
 
     def timed(fn) -> float:
-        times = []
-        for _ in range(args.repeats + 1):  # the first run is a warm-up
-            sync()
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times[1:])
+        return harness_timed(fn, args.repeats, warmup=1, sync=sync)  # the first run is a warm-up
 
     ms: dict[tuple[str, int], float] = {}
     for b in args.batches:

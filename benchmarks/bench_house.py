@@ -2,23 +2,24 @@
 worker, and MultiON episode throughput (oracle planner, no LLM) over 1 and 2 worker processes.
 
 Parallel throughput is timed over one shared wall-clock window: the workers start behind a
-barrier, each runs episodes until the window closes, and the episodes finished inside it are
-counted. The 1-worker run in the same script is the baseline of ``scaling_2w``.
+barrier (:func:`benchmarks.harness.run_in_window`), each starts episodes for ``--window`` seconds, and
+the episodes are counted over the window from the first start to the last end. The 1-worker run in the
+same script is the baseline of ``scaling_2w``.
 
     flock /tmp/gp-heavy.lock python benchmarks/bench_house.py --window 10
 """
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
-from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import report, run_in_window  # noqa: E402
 
 
 def houses_per_s(n: int) -> float:
@@ -48,7 +49,8 @@ def steps_per_s(n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def _worker(rank: int, barrier, window: float, out) -> None:
+def _setup(rank: int, window: float) -> Callable[[], dict[str, int]]:
+    """Build the env and warm the planner outside the window; the work runs episodes for ``window`` s."""
     from groundplan.envs.house.env import HouseEnv
     from groundplan.planners import PLANNERS
     from groundplan.rollout.episode import run_episode
@@ -57,29 +59,25 @@ def _worker(rank: int, barrier, window: float, out) -> None:
     tasks = env.tasks()
     planner = PLANNERS.get("house_oracle")()
     run_episode(planner, env, tasks[0], 0)  # warm-up outside the window
-    barrier.wait()
-    end = time.perf_counter() + window
-    done, steps, k = 0, 0, rank
-    while True:
-        trace = run_episode(planner, env, tasks[k % len(tasks)], k)
-        if time.perf_counter() > end:
-            break
-        done += 1
-        steps += int(trace.metrics.get("sim_steps", 0))
-        k += 2
-    out.put((done, steps))
+
+    def work() -> dict[str, int]:
+        end = time.perf_counter() + window
+        done, steps, k = 0, 0, rank
+        while time.perf_counter() < end:
+            trace = run_episode(planner, env, tasks[k % len(tasks)], k)
+            done += 1
+            steps += int(trace.metrics.get("sim_steps", 0))
+            k += 2
+        return {"episodes": done, "sim_steps": steps}
+
+    return work
 
 
 def episodes_per_s(workers: int, window: float) -> tuple[float, float]:
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(workers), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(r, barrier, window, out)) for r in range(workers)]
-    for p in procs:
-        p.start()
-    results = [out.get() for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(r[0] for r in results) / window, sum(r[1] for r in results) / window
+    """Episodes and simulator steps per second of ``workers`` processes over one shared window (from
+    the first start to the last end, so an episode that runs past ``window`` is counted with its time)."""
+    w = run_in_window(_setup, [(r, window) for r in range(workers)])
+    return w.rate("episodes"), w.rate("sim_steps")
 
 
 def main() -> None:

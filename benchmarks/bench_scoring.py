@@ -23,6 +23,7 @@ from groundplan.planners.saycan import load_prompt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
 from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import timed as harness_timed  # noqa: E402
 
 
 def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
@@ -43,14 +44,8 @@ def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float
 
 
 def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median seconds of ``repeats`` calls (the harness's timer, synchronised on a GPU)."""
+    return harness_timed(fn, repeats, sync=torch.cuda.synchronize if torch.cuda.is_available() else None)
 
 
 def main() -> None:

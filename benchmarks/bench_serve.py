@@ -31,7 +31,6 @@ import logging
 import socket
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -42,7 +41,7 @@ from groundplan.planners.saycan import build_prompt, load_prompt
 from groundplan.serve.config import ServeConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
-from benchmarks.harness import log_interval, percentile, report, setup_logging  # noqa: E402
+from benchmarks.harness import alternating, log_interval, percentile, report, run_in_window, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_serve")
 
@@ -85,42 +84,29 @@ def make_requests(n: int, options: int, skills: Sequence[str], instructions: Seq
     return out
 
 
+def _caller(base: str, bodies: list[dict]) -> Callable[[], dict[str, list]]:
+    """One caller: its HTTP session is opened outside the window; the work sends ``bodies`` in turn."""
+    session = requests.Session()
+
+    def work() -> dict[str, list]:
+        latencies, batches = [], []
+        for body in bodies:
+            t0 = time.perf_counter()
+            r = session.post(f"{base}/v1/score", json=body, timeout=600)
+            latencies.append(time.perf_counter() - t0)
+            r.raise_for_status()
+            batches.append(r.json()["batch_size"])
+        return {"latencies": latencies, "batches": batches}
+
+    return work
+
+
 def run(base: str, reqs: list[dict], concurrency: int) -> dict:
-    """Send ``reqs`` from ``concurrency`` callers (caller k sends requests k, k + concurrency, ...); the
-    window runs from the barrier's release to the last caller's end."""
-    latencies: list[float] = []
-    batches: list[int] = []
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(concurrency + 1)
-
-    def worker(k: int) -> None:
-        session = requests.Session()
-        barrier.wait()
-        try:
-            for body in reqs[k::concurrency]:
-                t0 = time.perf_counter()
-                r = session.post(f"{base}/v1/score", json=body, timeout=600)
-                dt = time.perf_counter() - t0
-                r.raise_for_status()
-                with lock:
-                    latencies.append(dt)
-                    batches.append(r.json()["batch_size"])
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the driver thread below
-            with lock:
-                errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} caller(s) failed; first: {errors[0]!r}") from errors[0]
-    return {"n": len(latencies), "wall_s": wall, "rps": len(latencies) / wall, "latencies": latencies,
+    """Send ``reqs`` from ``concurrency`` callers (caller k sends requests k, k + concurrency, ...), threads
+    behind one barrier, timed over one shared window (:func:`benchmarks.harness.run_in_window`)."""
+    w = run_in_window(_caller, [(base, reqs[k::concurrency]) for k in range(concurrency)], mode="thread")
+    latencies, batches = w.totals["latencies"], w.totals["batches"]
+    return {"n": len(latencies), "wall_s": w.window_s, "rps": w.rate("latencies"), "latencies": latencies,
             "p50_ms": 1e3 * statistics.median(latencies), "p99_ms": 1e3 * percentile(latencies, 0.99),
             "mean_batch": statistics.mean(batches)}
 
@@ -162,22 +148,20 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
         planner={"placement": {"num_cpus": 0.1}}, ingress={"placement": {"num_cpus": 0.1}, "max_ongoing_requests": 128})
     log.info("%d requests of %d options (prompt %d chars), %d concurrent callers vs one at a time, %d rounds",
              len(reqs), args.options, len(reqs[0]["prompt"]), args.concurrency, args.rounds)
-    windows: dict[str, list[dict]] = {"serial": [], "concurrent": []}
-    ratios = []
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         run_server(cfg, blocking=False, lm_factory=lm_factory)
         base = f"http://127.0.0.1:{port}"
         run(base, reqs, args.concurrency)  # warm-up, untimed: every prompt once, batched
-        for r in range(args.rounds):
-            order = ("serial", "concurrent") if r % 2 == 0 else ("concurrent", "serial")
-            got = {name: run(base, reqs, 1 if name == "serial" else args.concurrency) for name in order}
-            for name, w in got.items():
-                windows[name].append(w)
-            ratios.append(got["concurrent"]["rps"] / got["serial"]["rps"])
+
+        def show(r: int, order: tuple[str, ...], got: dict[str, dict]) -> None:
             log.info("round %d (%s first): serial %.2f req/s, concurrent %.2f req/s (mean batch %.2f): %.2fx",
-                     r + 1, order[0], got["serial"]["rps"], got["concurrent"]["rps"], got["concurrent"]["mean_batch"],
-                     ratios[-1])
+                     r + 1, order[0], got["serial"]["rps"], got["concurrent"]["rps"],
+                     got["concurrent"]["mean_batch"], got["concurrent"]["rps"] / got["serial"]["rps"])
+
+        windows = alternating({"serial": lambda: run(base, reqs, 1),
+                               "concurrent": lambda: run(base, reqs, args.concurrency)}, args.rounds, show)
+        ratios = [c["rps"] / s["rps"] for s, c in zip(windows["serial"], windows["concurrent"])]
     finally:
         serve.shutdown()
         ray.shutdown()

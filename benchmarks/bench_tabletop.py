@@ -9,7 +9,9 @@ barrier each runs ``n`` pick-and-places and reports when it started and finished
 monotonic clock. Throughput is the total pick-and-places over one shared wall-clock window, from the
 first start to the last finish, so two workers only add up when they really ran at the same time.
 The 1-worker baseline is the same code path (a fresh process behind a barrier of one), measured in the
-same run. With ``--repeats`` > 1 the 1-worker and W-worker runs alternate and the medians are reported.
+same run. With ``--repeats`` > 1 the 1-worker and W-worker runs alternate (the order flips each round)
+and the medians are reported. Barrier, window and rounds are the shared harness's
+(:func:`benchmarks.harness.run_in_window`, :func:`benchmarks.harness.alternating`).
 
 Last line: ``result: pickplace_per_s=<1 worker> pickplace_per_s_<W>w=<W workers> scaling_<W>w=<ratio>
 render_ms=<x>`` (scaling = W-worker throughput / 1-worker throughput; W is perfect, and it cannot
@@ -18,22 +20,20 @@ exceed the number of free cores).
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import statistics
 import sys
 import time
 from pathlib import Path
-from queue import Empty
-from typing import Any
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
-from benchmarks.harness import report  # noqa: E402
+from benchmarks.harness import Window, alternating, report, run_in_window  # noqa: E402
 
 TARGETS = ("top left corner", "bottom right corner", "middle")
 
 
-def _worker(n: int, task_index: int, barrier: Any, queue: Any) -> None:
-    """Set up outside the window, wait at the barrier, then time ``n`` pick-and-places."""
+def _setup(n: int, task_index: int) -> Callable[[], dict[str, int]]:
+    """Build and reset the worker's env outside the window; the work is ``n`` pick-and-places."""
     from groundplan.envs.tabletop.env import TabletopEnv
     from groundplan.envs.tabletop.tasks import make_task
 
@@ -41,42 +41,19 @@ def _worker(n: int, task_index: int, barrier: Any, queue: Any) -> None:
     task = make_task("stack_all_blocks", task_index)
     env.reset(task, 0)
     blocks = task.goal["blocks"]
-    barrier.wait()
-    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on this machine
-    for i in range(n):
-        env.execute(f"pick the {blocks[i % len(blocks)]} and place it on the {TARGETS[i % len(TARGETS)]}")
-    end = time.monotonic()
-    env.close()
-    queue.put((task_index, start, end, n))
+
+    def work() -> dict[str, int]:
+        for i in range(n):
+            env.execute(f"pick the {blocks[i % len(blocks)]} and place it on the {TARGETS[i % len(TARGETS)]}")
+        env.close()
+        return {"pickplace": n}
+
+    return work
 
 
-def measure(workers: int, n: int) -> dict[str, float]:
+def measure(workers: int, n: int) -> Window:
     """``workers`` fresh processes behind one barrier; total pick-and-places / shared window."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    barrier = ctx.Barrier(workers)
-    procs = [ctx.Process(target=_worker, args=(n, i, barrier, queue)) for i in range(workers)]
-    for p in procs:
-        p.start()
-    results = []
-    try:
-        while len(results) < workers:
-            try:
-                results.append(queue.get(timeout=1.0))
-            except Empty:  # a worker that died never reports: stop instead of waiting forever
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"a benchmark worker exited with code {dead[0]}") from None
-    finally:
-        for p in procs:
-            if p.is_alive() and len(results) < workers:
-                p.terminate()
-            p.join()
-    first = min(r[1] for r in results)
-    last = max(r[2] for r in results)
-    total = sum(r[3] for r in results)
-    skew = max(r[1] for r in results) - first
-    return {"rate": total / (last - first), "window_s": last - first, "total": total, "start_skew_s": skew}
+    return run_in_window(_setup, [(n, i) for i in range(workers)])
 
 
 def render_ms(width: int, height: int, reps: int = 30) -> float:
@@ -106,17 +83,17 @@ def main() -> None:
     if args.n < 1 or args.workers < 2 or args.repeats < 1:
         ap.error("need --n >= 1, --workers >= 2 and --repeats >= 1")
 
-    ones, many = [], []
-    for r in range(args.repeats):
-        one = measure(1, args.n)
-        ones.append(one["rate"])
-        print(f"[{r}] 1 worker: {one['rate']:.2f} pick-and-place/s ({one['total']} in {one['window_s']:.2f} s; "
-              f"each includes 1 top-down render for the observation)")
-        par = measure(args.workers, args.n)
-        many.append(par["rate"])
-        print(f"[{r}] {args.workers} workers: {par['rate']:.2f} pick-and-place/s ({par['total']} in one "
-              f"{par['window_s']:.2f} s window; starts {1000 * par['start_skew_s']:.1f} ms apart)")
-    one_rate, many_rate = statistics.median(ones), statistics.median(many)
+    def show(r: int, order: tuple[str, ...], got: dict[str, Window]) -> None:
+        one, par = got["one"], got["many"]
+        print(f"[{r}] 1 worker: {one.rate('pickplace'):.2f} pick-and-place/s ({one.totals['pickplace']} in "
+              f"{one.window_s:.2f} s; each includes 1 top-down render for the observation)")
+        print(f"[{r}] {args.workers} workers: {par.rate('pickplace'):.2f} pick-and-place/s ({par.totals['pickplace']} "
+              f"in one {par.window_s:.2f} s window; starts {1000 * par.start_skew_s:.1f} ms apart; {order[0]} first)")
+
+    got = alternating({"one": lambda: measure(1, args.n), "many": lambda: measure(args.workers, args.n)},
+                      args.repeats, show)
+    one_rate = statistics.median(w.rate("pickplace") for w in got["one"])
+    many_rate = statistics.median(w.rate("pickplace") for w in got["many"])
     ms = render_ms(args.width, args.height)
     print(f"render: {ms:.1f} ms per {args.width}x{args.height} RGB-D+segmentation frame (TinyRenderer)")
     w = args.workers

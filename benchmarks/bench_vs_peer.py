@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
-from benchmarks.harness import log_interval, report, setup_logging  # noqa: E402
+from benchmarks.harness import alternating, log_interval, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_vs_peer")
 
@@ -177,20 +177,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_side("groundplan", cfg.model_copy(update={"max_steps": 1}), lm)
     ColabLM(lm).score("Human: warm up\nRobot: 1.", [" done"])
 
-    rows = []
-    for r in range(args.rounds):
-        order = ("peer", "groundplan") if r % 2 == 0 else ("groundplan", "peer")
-        out = {side: run_side(side, peer_cfg if side == "peer" else cfg, lm) for side in order}
+    def show(r: int, order: tuple[str, ...], out: dict[str, dict]) -> None:
         peer, gp = out["peer"], out["groundplan"]
         same = sum(peer["plans"].get(k) == v for k, v in gp["plans"].items())
-        ratio = peer["step_s"] / gp["step_s"]
-        rows.append(ratio)
         log.info("round %d (%s first): peer %d decisions in %.1f s = %.2f s/decision (%s); groundplan %d in %.1f s = "
                  "%.3f s/decision (%s); ratio %.1fx; same plan in %d/%d episodes", r + 1, order[0],
                  peer["decisions"], peer["wall_s"], peer["step_s"], peer["cache"],
-                 gp["decisions"], gp["wall_s"], gp["step_s"], gp["cache"], ratio, same, len(gp["plans"]))
+                 gp["decisions"], gp["wall_s"], gp["step_s"], gp["cache"], peer["step_s"] / gp["step_s"], same,
+                 len(gp["plans"]))
         if peer["errors"] or gp["errors"]:
             log.warning("episodes that ended in an error: peer %d, groundplan %d", peer["errors"], gp["errors"])
+
+    sides = alternating({"peer": lambda: run_side("peer", peer_cfg, lm),
+                         "groundplan": lambda: run_side("groundplan", cfg, lm)}, args.rounds, show)
+    rows = [p["step_s"] / g["step_s"] for p, g in zip(sides["peer"], sides["groundplan"])]
 
     ratio, lo, hi = log_interval(rows)
     log.info("ratio (peer s/decision / groundplan s/decision): %.1fx, 95%% CI %.1f-%.1f over %d rounds "

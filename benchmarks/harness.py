@@ -1,5 +1,12 @@
-"""What every benchmark here shares: its logging set-up, the interval of a ratio measured over
-alternating rounds, and its last line.
+"""What every benchmark here shares: its logging set-up, the median of repeated timed calls, parallel
+work timed over one shared wall-clock window, alternating rounds and the interval of a ratio measured
+over them, the load average, and its last line.
+
+Parallel throughput is never a sum of per-worker rates: :func:`run_in_window` starts every worker
+behind one barrier, each sets up outside the clock, and the rate is the total work over one window
+from the first worker's start to the last one's end. A comparison of two setups (serial vs
+concurrent, peer vs groundplan, 1 vs W workers) runs them in :func:`alternating` rounds, so that
+load which comes and goes falls on both sides.
 
 The last line is ``result: key=value ...`` (the keys each script's docstring names), the one line
 that tools and the docs read; :func:`report` prints it and, when ``GROUNDPLAN_BENCH_JSON`` names a
@@ -14,11 +21,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from queue import Empty
+from typing import Any, Callable, Literal, Mapping, Sequence, TypeVar
+
+T = TypeVar("T")
 
 #: two-sided 95% Student t quantiles by degrees of freedom; between two entries the smaller df's
 #: (larger) quantile is used, so the interval errs wide
@@ -68,6 +81,132 @@ def load_average() -> tuple[float, float, float]:
         return os.getloadavg()
     except (AttributeError, OSError):
         return (float("nan"),) * 3
+
+
+@dataclass
+class Window:
+    """Work done by parallel workers over one shared window: ``totals`` sums each worker's counts
+    (lists are joined), ``window_s`` runs from the first worker's start to the last one's end on one
+    clock, and ``start_skew_s`` is how far apart the workers started after the barrier."""
+
+    totals: dict[str, Any]
+    window_s: float
+    start_skew_s: float
+    per_worker: list[dict[str, Any]] = field(default_factory=list)
+
+    def rate(self, key: str) -> float:
+        """``totals[key]`` per second of the shared window (a list counts its items)."""
+        v = self.totals[key]
+        return (len(v) if isinstance(v, list) else v) / self.window_s
+
+
+def _timed_worker(rank: int, setup: Callable[..., Callable[[], Mapping[str, Any]]], args: tuple, barrier: Any,
+                  queue: Any) -> None:
+    """Build the worker's state outside the clock, wait for every peer, then time its work."""
+    try:
+        work = setup(*args)
+        barrier.wait()
+        start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every thread and process on a machine
+        counts = dict(work())
+        queue.put((rank, start, time.monotonic(), counts, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver, which raises it with the rank
+        barrier.abort()  # peers still waiting at the barrier fail instead of hanging
+        queue.put((rank, 0.0, 0.0, {}, f"{type(exc).__name__}: {exc}"))
+
+
+def run_in_window(setup: Callable[..., Callable[[], Mapping[str, Any]]], worker_args: Sequence[tuple], *,
+                  mode: Literal["process", "thread"] = "process", poll_s: float = 1.0) -> Window:
+    """Run ``len(worker_args)`` workers at once and time them over one shared window.
+
+    Worker ``k`` calls ``setup(*worker_args[k])`` outside the clock (build an env, warm a model, open a
+    session); it returns a no-argument ``work`` callable. Every worker then waits at one barrier, runs
+    ``work()`` and reports the counts it returns (numbers are summed over workers, lists joined). With
+    ``mode="process"`` each worker is a fresh spawned process (``setup`` must be a module-level
+    function); with ``"thread"`` a thread of this process. A worker that fails or dies raises here
+    instead of leaving the others waiting."""
+    n = len(worker_args)
+    if n < 1:
+        raise ValueError("run_in_window needs at least one worker")
+    if mode == "process":
+        ctx = mp.get_context("spawn")
+        barrier, queue = ctx.Barrier(n), ctx.Queue()
+        workers: list[Any] = [ctx.Process(target=_timed_worker, args=(k, setup, a, barrier, queue))
+                              for k, a in enumerate(worker_args)]
+    elif mode == "thread":
+        import queue as queue_mod
+
+        barrier, queue = threading.Barrier(n), queue_mod.Queue()
+        workers = [threading.Thread(target=_timed_worker, args=(k, setup, a, barrier, queue), daemon=True)
+                   for k, a in enumerate(worker_args)]
+    else:
+        raise ValueError(f"unknown mode {mode!r}; valid: process, thread")
+    for w in workers:
+        w.start()
+    results: list[tuple] = []
+    try:
+        while len(results) < n:
+            try:
+                results.append(queue.get(timeout=poll_s))
+            except Empty:  # a process killed outright never reports
+                dead = [w.exitcode for w in workers if getattr(w, "exitcode", None) not in (None, 0)]
+                if dead:
+                    raise RuntimeError(f"a benchmark worker exited with code {dead[0]}") from None
+    finally:
+        for w in workers:
+            if mode == "process" and w.is_alive() and len(results) < n:
+                w.terminate()
+            w.join()
+    # the cause, not its echo: peers released by the broken barrier fail with BrokenBarrierError
+    failed = sorted((r[4].startswith("BrokenBarrierError"), r[0], r[4]) for r in results if r[4] is not None)
+    if failed:
+        raise RuntimeError(f"benchmark worker {failed[0][1]} failed: {failed[0][2]}")
+    results.sort(key=lambda r: r[0])
+    totals: dict[str, Any] = {}
+    for *_, counts, _err in results:
+        for k, v in counts.items():
+            totals[k] = totals.get(k, [] if isinstance(v, list) else 0) + v
+    starts = [r[1] for r in results]
+    return Window(totals=totals, window_s=max(r[2] for r in results) - min(starts),
+                  start_skew_s=max(starts) - min(starts), per_worker=[r[3] for r in results])
+
+
+def alternating(sides: Mapping[str, Callable[[], T]], rounds: int,
+                on_round: Callable[[int, tuple[str, ...], dict[str, T]], None] | None = None) -> dict[str, list[T]]:
+    """Measure every side once per round, in the given order on even rounds and reversed on odd ones,
+    so that slow drift in the machine's load falls on each side alike; ``on_round(r, order, got)`` is
+    called after each round (to log it). Returns each side's measurements in round order."""
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    names = tuple(sides)
+    out: dict[str, list[T]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        got = {name: sides[name]() for name in order}
+        for name in names:
+            out[name].append(got[name])
+        if on_round is not None:
+            on_round(r, order, got)
+    return out
+
+
+def timed(fn: Callable[[], Any], repeats: int, *, warmup: int = 0,
+          sync: Callable[[], None] | None = None) -> float:
+    """Median wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones. ``sync`` (e.g.
+    ``torch.cuda.synchronize``) runs before each timed call and after it, so that work a device still
+    has queued is inside the time it belongs to, not the next call's."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def result_line(fields: dict[str, Any]) -> str:

@@ -48,3 +48,61 @@ def test_result_keys_must_be_single_words(harness):
         harness.result_line({"two words": 1})
     with pytest.raises(ValueError):
         harness.result_line({"a=b": 1})
+
+
+def _sleepy_setup(rank: int, seconds: float):
+    """A worker whose work takes ``seconds`` and counts one item (module level: spawned processes import it)."""
+    import time as _time
+
+    def work():
+        _time.sleep(seconds)
+        return {"items": 1, "ranks": [rank]}
+
+    return work
+
+
+def _failing_setup(rank: int):
+    if rank == 1:
+        raise ValueError("no env for rank 1")
+    return lambda: {"items": 1}
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_parallel_work_is_timed_over_one_shared_window(harness, mode):
+    """Two workers that each work 0.3 s at once: the window is about 0.3 s, not the 0.6 s a sum of
+    per-worker times would give, so the rate is the rate of both together."""
+    w = harness.run_in_window(_sleepy_setup, [(0, 0.3), (1, 0.3)], mode=mode)
+    assert w.totals == {"items": 2, "ranks": [0, 1]}
+    assert 0.3 <= w.window_s < 0.6 and 0 <= w.start_skew_s < w.window_s
+    assert w.rate("items") == pytest.approx(2 / w.window_s) and w.rate("ranks") == w.rate("items")
+
+
+def test_a_failing_worker_is_named_and_stops_the_others(harness):
+    """Rank 1 fails in its set-up: rank 0, waiting at the barrier, is released (the barrier breaks)
+    and the run raises with the failing rank's error instead of hanging."""
+    with pytest.raises(RuntimeError, match="worker 1 failed: ValueError: no env for rank 1"):
+        harness.run_in_window(_failing_setup, [(0,), (1,)], mode="thread")
+
+
+def test_alternating_rounds_flip_the_order(harness):
+    calls = []
+    out = harness.alternating({"a": lambda: calls.append("a") or 1, "b": lambda: calls.append("b") or 2}, 3)
+    assert calls == ["a", "b", "b", "a", "a", "b"] and out == {"a": [1, 1, 1], "b": [2, 2, 2]}
+    with pytest.raises(ValueError):
+        harness.alternating({"a": lambda: 1}, 0)
+
+
+def test_timed_is_the_median_after_untimed_warmups_with_sync_around_each_call(harness):
+    events, durations = [], iter([0.0, 0.0, 0.05, 0.0, 0.0])  # warm-up, then repeats: one slow outlier
+
+    def fn():
+        events.append("call")
+        import time as _time
+
+        _time.sleep(next(durations))
+
+    t = harness.timed(fn, 3, warmup=1, sync=lambda: events.append("sync"))
+    assert t < 0.05  # the median ignores the one slow call
+    assert events == ["call"] + ["sync", "call", "sync"] * 3  # no sync around the warm-up; one before and after each timed call
+    with pytest.raises(ValueError):
+        harness.timed(fn, 0)
