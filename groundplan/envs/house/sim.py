@@ -222,18 +222,38 @@ def clearance_cost(house: House) -> np.ndarray:
     return np.where(near, 0.6, 0.0)
 
 
+#: the 8 grid moves and their costs in cells
+MOVES = ((1, 0, 1.0), (-1, 0, 1.0), (0, 1, 1.0), (0, -1, 1.0),
+         (1, 1, SQRT2), (1, -1, SQRT2), (-1, 1, SQRT2), (-1, -1, SQRT2))
+
+
+def _walkable(house: House) -> np.ndarray:
+    return np.isin(house.grid, (FREE, DOOR))
+
+
+def _neighbours(walk: np.ndarray, ci: int, cj: int, extra: np.ndarray | None):
+    """The walkable 8-neighbours of cell (ci, cj), each with the step's length in cells and the
+    ``extra`` cost there (0 without it; kept apart so callers add them in one fixed order); a diagonal
+    step needs both cells beside it free (no corner cutting)."""
+    W, H = walk.shape
+    for di, dj, c in MOVES:
+        ni, nj = ci + di, cj + dj
+        if not (0 <= ni < W and 0 <= nj < H) or not walk[ni, nj]:
+            continue
+        if di and dj and not (walk[ci + di, cj] and walk[ci, cj + dj]):
+            continue
+        yield ni, nj, c, (extra[ni, nj] if extra is not None else 0.0)
+
+
 def astar(house: House, start: tuple[int, int], goal: tuple[int, int], extra: np.ndarray | None = None
           ) -> list[tuple[int, int]] | None:
     """8-connected A* over walkable cells (no corner cutting); None when unreachable."""
     if start == goal:
         return [start]
-    W, H = house.grid.shape
-    walk = np.isin(house.grid, (FREE, DOOR))
+    walk = _walkable(house)
     g = {start: 0.0}
     parent: dict[tuple[int, int], tuple[int, int]] = {}
     heap = [(0.0, start)]
-    moves = [(1, 0, 1.0), (-1, 0, 1.0), (0, 1, 1.0), (0, -1, 1.0),
-             (1, 1, SQRT2), (1, -1, SQRT2), (-1, 1, SQRT2), (-1, -1, SQRT2)]
     gi, gj = goal
     closed = set()
     while heap:
@@ -247,14 +267,8 @@ def astar(house: House, start: tuple[int, int], goal: tuple[int, int], extra: np
         if cur in closed:
             continue
         closed.add(cur)
-        ci, cj = cur
-        for di, dj, c in moves:
-            ni, nj = ci + di, cj + dj
-            if not (0 <= ni < W and 0 <= nj < H) or not walk[ni, nj]:
-                continue
-            if di and dj and not (walk[ci + di, cj] and walk[ci, cj + dj]):
-                continue
-            ng = g[cur] + c + (extra[ni, nj] if extra is not None else 0.0)
+        for ni, nj, c, e in _neighbours(walk, *cur, extra):
+            ng = g[cur] + c + e
             if ng < g.get((ni, nj), float("inf")):
                 g[(ni, nj)] = ng
                 parent[(ni, nj)] = cur
@@ -270,9 +284,8 @@ def distance_field(house: House, sources: list[tuple[int, int]], extra: np.ndarr
     ``extra`` (per-cell added cost in cells, e.g. :func:`clearance_cost`) a cost field rather than a distance.
     ``start_m`` gives each source a distance already travelled (metres), so the field is the shortest
     continuation of walks that end at the sources (the exact L* of :mod:`.metrics` chains hops this way)."""
-    W, H = house.grid.shape
-    walk = np.isin(house.grid, (FREE, DOOR))
-    dist = np.full((W, H), np.inf)
+    walk = _walkable(house)
+    dist = np.full(walk.shape, np.inf)
     heap = []
     for k, s in enumerate(sources):
         d0 = 0.0 if start_m is None else float(start_m[k]) / CELL
@@ -280,19 +293,12 @@ def distance_field(house: House, sources: list[tuple[int, int]], extra: np.ndarr
             dist[s] = d0
             heap.append((d0, s))
     heapq.heapify(heap)
-    moves = [(1, 0, 1.0), (-1, 0, 1.0), (0, 1, 1.0), (0, -1, 1.0),
-             (1, 1, SQRT2), (1, -1, SQRT2), (-1, 1, SQRT2), (-1, -1, SQRT2)]
     while heap:
         d, (ci, cj) = heapq.heappop(heap)
         if d > dist[ci, cj]:
             continue
-        for di, dj, c in moves:
-            ni, nj = ci + di, cj + dj
-            if not (0 <= ni < W and 0 <= nj < H) or not walk[ni, nj]:
-                continue
-            if di and dj and not (walk[ci + di, cj] and walk[ci, cj + dj]):
-                continue
-            nd = d + c + (extra[ni, nj] if extra is not None else 0.0)
+        for ni, nj, c, e in _neighbours(walk, ci, cj, extra):
+            nd = d + c + e
             if nd < dist[ni, nj]:
                 dist[ni, nj] = nd
                 heapq.heappush(heap, (nd, (ni, nj)))
