@@ -6,6 +6,7 @@ can do in :class:`EnvCapabilities`, so callers never probe it with ``getattr``.
 """
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Protocol, Sequence
@@ -183,12 +184,26 @@ class Env(ABC):
         return None
 
     # -- user tasks (task files, docs/tasks.md) ------------------------------------------------
-    #: whether :meth:`parse_goal` reads this env's goal language (task files need it)
-    supports_task_files: bool = False
+    #: dotted name of the module that reads this env's task-file language: its ``parse_start_state(data)``,
+    #: ``parse_goal(data, start_state)`` and ``parse_reference_plan(steps, start_state)`` serve the methods
+    #: below. Imported on first use, so that the env module and its language module (which builds and
+    #: checks states with the env's own code) do not import each other. None: no task files.
+    goal_language: str | None = None
+
+    @property
+    def supports_task_files(self) -> bool:
+        """Whether :meth:`parse_goal` reads this env's goal language (task files need it)."""
+        return self.goal_language is not None
+
+    def _goal_language(self) -> Any:
+        return importlib.import_module(self.goal_language) if self.goal_language else None
 
     def parse_start_state(self, data: Any) -> dict[str, Any] | None:
         """A task file's ``start_state`` (plain data) → the ``Task.start_state`` this env's ``reset``
         reads, validated; None when the file gives none. Raises :class:`TaskSpecError`."""
+        language = self._goal_language()
+        if language is not None:
+            return language.parse_start_state(data)
         if data is None:
             return None
         raise TaskSpecError(f"the {self.name} env takes no start_state in task files")
@@ -196,12 +211,19 @@ class Env(ABC):
     def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
         """A task file's ``goal``, written in this env's goal language (docs/tasks.md), → the ``Task.goal``
         its goal check reads, validated against the start state (objects, locations, predicates).
-        Raises :class:`TaskSpecError` naming the bad part. Default: not supported."""
-        raise TaskSpecError(f"the {self.name} env does not read goals from task files")
+        Raises :class:`TaskSpecError` naming the bad part. Without a goal language: not supported."""
+        language = self._goal_language()
+        if language is None:
+            raise TaskSpecError(f"the {self.name} env does not read goals from task files")
+        return language.parse_goal(data, start_state)
 
     def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-        """A task file's ``reference_plan`` (a list of skill labels) → ``Task.reference_plan``; the
-        default checks only that it is a list of non-empty strings. Raises :class:`TaskSpecError`."""
+        """A task file's ``reference_plan`` (a list of skill labels) → ``Task.reference_plan``, checked by
+        the goal language; without one, only that it is a list of non-empty strings. Raises
+        :class:`TaskSpecError`."""
+        language = self._goal_language()
+        if language is not None:
+            return language.parse_reference_plan(steps, start_state)
         if not isinstance(steps, (list, tuple)):
             raise TaskSpecError(f"reference_plan must be a list of skill labels, got {type(steps).__name__}")
         for i, step in enumerate(steps):

@@ -204,23 +204,7 @@ class KitchenEnv(Env):
         return tasks_for(families, self.config.split)
 
     # --------------------------------------------------------------- task files (docs/tasks.md)
-    supports_task_files = True
-
-    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
-        from groundplan.envs.kitchen import goal_language
-
-        return goal_language.parse_start_state(data)
-
-    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
-        """Predicates with any-of alternatives (:mod:`groundplan.envs.kitchen.goal_language`)."""
-        from groundplan.envs.kitchen import goal_language
-
-        return goal_language.parse_goal(data)
-
-    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-        from groundplan.envs.kitchen import goal_language
-
-        return goal_language.parse_reference_plan(steps)
+    goal_language = "groundplan.envs.kitchen.goal_language"
 
     # --------------------------------------------------------------- episode
     def initial_state(self, task: Task, seed: int) -> KitchenState:

@@ -87,8 +87,9 @@ def _clause(data: Any, i: int) -> Clause:
     return (_predicate(data, (i,)),)
 
 
-def parse_goal(data: Any) -> Goal:
-    """A task file's kitchen goal → the tuple-of-clauses form; raises :class:`TaskSpecError`."""
+def parse_goal(data: Any, start_state: Mapping[str, Any] | None = None) -> Goal:
+    """A task file's kitchen goal → the tuple-of-clauses form (predicates with any-of alternatives; the
+    start state does not change what a goal may name); raises :class:`TaskSpecError`."""
     if isinstance(data, (str, Mapping)) or _is_list_predicate(data):
         data = [data]  # one clause
     if not isinstance(data, (list, tuple)) or not data:
@@ -112,7 +113,7 @@ def parse_start_state(data: Any) -> dict[str, Any] | None:
     return state
 
 
-def parse_reference_plan(steps: Any) -> tuple[str, ...]:
+def parse_reference_plan(steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """Skill labels of the kitchen (``find a coke can``, ``pick up the coke can``, ..., ``done``)."""
     if not isinstance(steps, (list, tuple)):
         raise TaskSpecError("reference_plan must be a list of skill labels")

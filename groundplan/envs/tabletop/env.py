@@ -146,24 +146,7 @@ class TabletopEnv(Env):
         return self._observe()
 
     # ------------------------------------------------------------------ task files (docs/tasks.md)
-    supports_task_files = True
-
-    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
-        """The scene: ``{blocks, bowls, xy?, layout_seed?}`` (:mod:`.goal_language`)."""
-        from groundplan.envs.tabletop import goal_language
-
-        return goal_language.parse_start_state(data)
-
-    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
-        """A task name and its parameters (:mod:`groundplan.envs.tabletop.goal_language`)."""
-        from groundplan.envs.tabletop import goal_language
-
-        return goal_language.parse_goal(data, start_state)
-
-    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-        from groundplan.envs.tabletop import goal_language
-
-        return goal_language.parse_reference_plan(steps, start_state)
+    goal_language = "groundplan.envs.tabletop.goal_language"
 
     def task_metadata(self, goal: Any, start_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
         from groundplan.envs.tabletop import goal_language

@@ -32,7 +32,7 @@ import collections
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -212,24 +212,7 @@ class VirtualHomeEnv(Env):
         ]
 
     # -- task files (docs/tasks.md) --------------------------------------------------------------
-    supports_task_files = True
-
-    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
-        """``{program: <id>}``: the dataset program whose initial graph the episode starts from."""
-        from groundplan.envs.virtualhome import goal_language
-
-        return goal_language.parse_start_state(data)
-
-    def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
-        """Node, edge and action goals with objects by class (:mod:`.goal_language`)."""
-        from groundplan.envs.virtualhome import goal_language
-
-        return goal_language.parse_goal(data, start_state)
-
-    def parse_reference_plan(self, steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-        from groundplan.envs.virtualhome import goal_language
-
-        return goal_language.parse_reference_plan(steps)
+    goal_language = "groundplan.envs.virtualhome.goal_language"
 
     @property
     def action_space(self) -> ActionSpace:

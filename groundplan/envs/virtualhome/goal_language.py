@@ -121,7 +121,7 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None) -> dict[str, An
     return goal
 
 
-def parse_reference_plan(steps: Any) -> tuple[str, ...]:
+def parse_reference_plan(steps: Any, start_state: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """Steps as labels (``walk to bedroom``) or script lines (``[WALK] <bedroom> (1)``); any step the
     simulator could be asked to run (:meth:`ActionSpace.parse` with ``strict=False``)."""
 
