@@ -13,7 +13,8 @@ from groundplan.core.errors import InvalidInputError
 
 
 def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool = False) -> bool:
-    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray; True when we started it.
+    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray of our own; True when we
+    started or joined it (so the caller shuts it down).
 
     A local Ray gets at least ``cpus_needed`` logical CPUs: actors' ``num_cpus`` are scheduling
     reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU runners) would
@@ -32,7 +33,9 @@ def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool =
         kwargs["runtime_env"] = {"env_vars": env_vars}
         kwargs["num_cpus"] = max(os.cpu_count() or 1, math.ceil(cpus_needed))
         with worker_niceness_for_local_ray():
-            ray.init(address=address, **kwargs)
+            # "local": a new Ray of our own even when a `ray start` cluster runs on this machine, which
+            # ray.init() without an address would join (and then refuse num_cpus with a traceback)
+            ray.init(address="local", **kwargs)
         return True
     ray.init(address=address, **kwargs)
     return True
