@@ -60,6 +60,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
 from benchmarks.harness import report, setup_logging  # noqa: E402
+from benchmarks.harness import timed as harness_timed  # noqa: E402
 
 log = logging.getLogger("bench_gpu")
 
@@ -188,11 +189,9 @@ def _sync() -> None:
 
 def timed(fn: Any, repeats: int) -> tuple[float, Any]:
     """Median seconds of ``repeats`` runs after one untimed warm-up run, and the warm-up's result."""
-    import bench_scoring
-
     out = fn()
     _sync()
-    return bench_scoring.timed(fn, repeats), out
+    return harness_timed(fn, repeats, sync=_sync), out
 
 
 #: how far packed and naive summed log-probs may differ per dtype: float32 to reduction order (about 1e-5
