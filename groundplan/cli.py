@@ -202,8 +202,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         console.print(f"[yellow]{errors} episode(s) recorded an error; see traces[/yellow]")
     console.print(f"traces: {result.run_dir / 'traces.jsonl'}  ({result.skipped} episode(s) reused from an earlier run)")
     if result.stale:
-        console.print(f"[yellow]{result.stale} earlier trace(s) in that file belong to another config and were not "
-                      "used (--fresh discards them)[/yellow]")
+        console.print(f"[yellow]{result.stale} earlier trace(s) in that folder belong to another config: moved to "
+                      "traces.other.jsonl, never reported (--fresh discards them)[/yellow]")
     if result.stats.get("mlflow_run_id"):
         console.print(f"MLflow run: {result.stats['mlflow_run_id']}")
     if result.stats.get("mlflow_error"):  # the results are on disk; the logged error line says how to log them

@@ -59,3 +59,28 @@ def test_unchanged_runtime_or_output_settings_keep_the_ids(tmp_path):
     b = _cfg(tmp_path / "elsewhere", runtime={"executor": "local", "mlflow": False, "workers": 9})
     tasks = select_tasks(make_env(a.env), a)
     assert [s.episode_id for s in episode_specs(a, tasks)] == [s.episode_id for s in episode_specs(b, tasks)]
+
+
+def test_traces_of_another_config_are_moved_aside_and_never_reported(tmp_path):
+    """A narrower task selection under the same folder: the unselected episodes' traces leave
+    ``traces.jsonl`` (so ``groundplan tables`` and every other reader see only this config's episodes),
+    are kept in ``traces.other.jsonl``, and come back, without running again, when selected again."""
+    from groundplan.evaluation.tables import run_tables
+    from groundplan.rollout.traces import read_traces
+
+    wide = run_sweep(_cfg(tmp_path), lm=FakeLM.following(PLAN), progress=False)
+    run_dir = wide.run_dir
+    narrow = run_sweep(_cfg(tmp_path, tasks={"families": ["nl_nouns"], "per_family": 1}), lm=FakeLM.following(PLAN),
+                       progress=False)
+    assert narrow.stats["episodes_run"] == 0 and narrow.stale == len(wide.traces) - len(narrow.traces) > 0
+    on_disk = [t.episode_id for t in read_traces(run_dir / "traces.jsonl")]
+    assert on_disk == [t.episode_id for t in narrow.traces]
+    aside = {t.episode_id for t in read_traces(run_dir / "traces.other.jsonl")}
+    assert aside == {t.episode_id for t in wide.traces} - set(on_disk)
+    table = run_tables([run_dir])
+    per_planner = len(narrow.traces) // 2
+    assert f"(n={per_planner} shared episodes)" in table and f"(n={len(wide.traces) // 2} shared" not in table
+    back = run_sweep(_cfg(tmp_path), lm=FakeLM.following(PLAN), progress=False)
+    assert back.stats["episodes_run"] == 0 and back.stale == 0
+    assert sorted(t.episode_id for t in read_traces(run_dir / "traces.jsonl")) == sorted(t.episode_id for t in wide.traces)
+    assert not list(read_traces(run_dir / "traces.other.jsonl"))

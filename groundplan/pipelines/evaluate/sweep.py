@@ -10,8 +10,8 @@ Guarantees:
 - each finished episode is appended to ``traces.jsonl`` at once, by the driver alone, with its frames;
 - an episode's id carries a hash of everything that can change its outcome (env options, LLM spec,
   planner spec, step cap, seed, the task's content), so a rerun under a changed config runs the changed
-  episodes instead of returning stale traces; earlier traces of other configs are never reported, and
-  the driver says what changed;
+  episodes instead of returning stale traces; earlier traces of other configs move to
+  ``traces.other.jsonl``, so nothing that reads the folder reports them, and the driver says what changed;
 - a rerun of the same config skips the episodes already finished (``resume``), nothing is lost or
   run twice.
 """
@@ -54,7 +54,7 @@ class EvalResult:
     skipped: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
     best: dict[str, SummaryRow] = field(default_factory=dict)  # grid label -> its best variant's row
-    stale: int = 0  # earlier traces in the run folder that belong to another config (never reported)
+    stale: int = 0  # earlier traces in the run folder that belong to another config (moved aside)
 
 
 # ----------------------------------------------------------------------------------------- tasks
@@ -137,6 +137,10 @@ def check_writable(folder: Path) -> None:
         raise InvalidInputError(f"cannot write to the output folder {folder}: {e.strerror or e}") from None
 
 
+#: beside ``traces.jsonl``: the traces of episodes the run folder's current config does not select
+OTHER_TRACES = "traces.other.jsonl"
+
+
 def prepare_run(cfg: EvalConfig, specs: list[EpisodeSpec], resume: bool) -> tuple[Path, list[EpisodeSpec], int]:
     """Record the config and return the traces path, the episodes still to run, and how many earlier
     traces belong to another config. Without ``resume`` earlier traces and frames are discarded."""
@@ -148,14 +152,42 @@ def prepare_run(cfg: EvalConfig, specs: list[EpisodeSpec], resume: bool) -> tupl
         changed = _changed_fields(json.loads(config_path.read_text()), new)
         if changed:
             log.warning("%s holds results of an earlier config; changed: %s. Episodes whose outcome can change "
-                        "run again; the earlier traces are kept in the file but never reported.", run_dir,
-                        ", ".join(changed))
-    if not resume and traces_path.exists():
-        traces_path.unlink()
+                        "run again; the earlier traces move to %s.", run_dir, ", ".join(changed), OTHER_TRACES)
+    if not resume:
+        for path in (traces_path, run_dir / OTHER_TRACES):
+            path.unlink(missing_ok=True)
     atomic_write_text(config_path, json.dumps(new, indent=2))
-    earlier = {t.episode_id for t in read_traces(traces_path)} if resume else set()
     wanted = {s.episode_id for s in specs}
-    return traces_path, [s for s in specs if s.episode_id not in earlier], len(earlier - wanted)
+    earlier, stale = _partition_traces(traces_path, run_dir / OTHER_TRACES, wanted) if resume else (set(), 0)
+    return traces_path, [s for s in specs if s.episode_id not in earlier], stale
+
+
+def _partition_traces(traces_path: Path, other_path: Path, wanted: set[str]) -> tuple[set[str], int]:
+    """Leave in ``traces.jsonl`` only the traces of the episodes this config selects, and keep the rest in
+    ``traces.other.jsonl`` (moved back when a later config selects them again), so that everything that
+    reads a run folder (``tables``, ``compare``, ``report``, the viewer, ``log``) reports this config's
+    episodes and no earlier one. Returns the ids of the selected episodes already finished and how many
+    traces of ``traces.jsonl`` belonged to another config. Lines move verbatim; a torn line is dropped."""
+    def lines(path: Path) -> list[tuple[str, str]]:
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+            try:
+                out.append((json.loads(line)["episode_id"], line))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+        return out
+
+    current, other = lines(traces_path), lines(other_path)
+    stale = sum(i not in wanted for i, _ in current)
+    if not stale and not any(i in wanted for i, _ in other):
+        return {i for i, _ in current}, 0
+    keep: dict[str, str] = {}
+    rest: dict[str, str] = {}
+    for i, line in current + other:  # the current file first: a trace in both (a crash between writes) keeps it
+        (keep if i in wanted else rest).setdefault(i, line)
+    atomic_write_text(other_path, "".join(f"{line}\n" for line in rest.values()))
+    atomic_write_text(traces_path, "".join(f"{line}\n" for line in keep.values()))
+    return set(keep), stale
 
 
 def _changed_fields(old: Any, new: Any, prefix: str = "") -> list[str]:
