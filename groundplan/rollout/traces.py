@@ -111,8 +111,9 @@ def _last_byte(path: Path) -> bytes:
         return f.read(1)
 
 
-def read_traces(path: str | Path) -> Iterator[EpisodeTrace]:
-    """Read traces back; a torn last line (a crash mid-write) is skipped, not fatal."""
+def trace_records(path: str | Path) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each whole line of a traces file as (its parsed record, the line itself), for readers that move
+    traces without rebuilding them; a torn last line (a crash mid-write) is skipped, not fatal."""
     path = Path(path)
     if not path.exists():
         return
@@ -122,6 +123,12 @@ def read_traces(path: str | Path) -> Iterator[EpisodeTrace]:
             if not line:
                 continue
             try:
-                yield EpisodeTrace.from_dict(json.loads(line))
+                yield json.loads(line), line
             except json.JSONDecodeError:
                 continue
+
+
+def read_traces(path: str | Path) -> Iterator[EpisodeTrace]:
+    """Read traces back; a torn last line (a crash mid-write) is skipped, not fatal."""
+    for record, _ in trace_records(path):
+        yield EpisodeTrace.from_dict(record)

@@ -40,7 +40,7 @@ from groundplan.pipelines.evaluate.executors import Executor, LocalExecutor, Ray
 from groundplan.evaluation.summary import SummaryRow, select_best, summarize, summary_document
 from groundplan.rollout.frames import write_frames
 from groundplan.rollout.runner import EpisodeResult, EpisodeSpec
-from groundplan.rollout.traces import EpisodeTrace, read_traces, write_traces
+from groundplan.rollout.traces import EpisodeTrace, read_traces, trace_records, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +169,8 @@ def _partition_traces(traces_path: Path, other_path: Path, wanted: set[str]) -> 
     episodes and no earlier one. Returns the ids of the selected episodes already finished and how many
     traces of ``traces.jsonl`` belonged to another config. Lines move verbatim; a torn line is dropped."""
     def lines(path: Path) -> list[tuple[str, str]]:
-        out = []
-        for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-            try:
-                out.append((json.loads(line)["episode_id"], line))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-        return out
+        return [(record["episode_id"], line) for record, line in trace_records(path)
+                if isinstance(record, dict) and "episode_id" in record]
 
     current, other = lines(traces_path), lines(other_path)
     stale = sum(i not in wanted for i, _ in current)
