@@ -49,7 +49,7 @@ def _plan_llm(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from groundplan.config import PlannerSpec, check_llm_needs
+    from groundplan.config import PlannerSpec, check_llm_needs, probe_llm_needs
     from groundplan.core.types import Task
     from groundplan.core.validation import validate_instruction
     from groundplan.envs import ENVS
@@ -73,6 +73,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_llm_needs(llm, [spec])
     except ValueError as e:
         raise InvalidInputError(str(e)) from None
+    probe_llm_needs(llm, [spec])  # a server that cannot score is refused before the episode, quoting its answer
     lm = make_llm(llm)
     planner = make_planner(spec, lm, args.max_steps)
     task = Task(task_id="cli", instruction=instruction, family="cli", goal=None)
@@ -265,6 +266,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         import_plugins()  # $GROUNDPLAN_PLUGINS: backends of one's own, registered before the config names one
         cfg = load_serve_config(args.config, list(args.set or []))
+        from groundplan.config import probe_llm_needs
+
+        probe_llm_needs(cfg.llm, cfg.planners)  # an LLM server that cannot score is refused before serving
         if args.port is not None:
             cfg.port = args.port
         if stop.received is not None:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration
 from groundplan.core.validation import describe_errors
 
 
@@ -66,6 +67,25 @@ def check_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
                                  f"backend '{llm.backend}'{mode} does not have; use a backend that has it ('hf' has "
                                  "all; 'openai' in mode 'completions' scores and generates, in mode 'chat' only "
                                  "generates)")
+
+
+def probe_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
+    """Ask the LLM backend's server, once, whether it does what the planners need where its declared
+    capabilities cannot know (:func:`groundplan.llm.probe_backend`): an ``openai`` backend in completions
+    mode declares option scoring, but only a request shows whether the server echoes prompt log-probs.
+    Called where a config is about to run (``eval``, ``plan``, ``serve``, ``collect`` with a planner),
+    after :func:`check_llm_needs` and before any episode; not inside config validation, which must not
+    reach the network (a config is validated again in every Ray actor). Raises InvalidInputError with what
+    the server answered."""
+    from groundplan.llm import probe_backend
+    from groundplan.planners import PLANNERS
+
+    needs: dict[str, list[str]] = {}
+    for p in planners:
+        for variant in p.variants():
+            for need in PLANNERS.config_class(p.name).model_validate(variant.options).llm_needs:
+                needs.setdefault(need, []).append(variant.display)
+    probe_backend(llm.backend, llm.model, llm.options, needs)
 
 
 class EnvSpec(_Strict):
@@ -122,17 +142,28 @@ class PlannerSpec(_Strict):
         return self
 
     @property
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        """What this configuration reads of the simulator's truth, known before anything is built: its
+        options' declarations and its grounding source's class-level ``declaration``
+        (:class:`~groundplan.core.truth.OracleDeclaration` each), as the built planner reports them."""
+        from groundplan.core.truth import unique
+        from groundplan.grounding import AFFORDANCES
+        from groundplan.planners import PLANNERS
+
+        options = PLANNERS.config_class(self.name).model_validate(self.options)
+        source = AFFORDANCES.get(self.affordance).declaration if self.affordance else None
+        return unique([*options.declarations, source])
+
+    @property
     def display(self) -> str:
         """The label tables and traces use: ``label`` (or the planner name), with the oracles this
         configuration reads appended, e.g. ``"+Scene (oracle sub-goals)"``, so a variant that saw ground
-        truth never shows under the name of one that did not."""
-        from groundplan.grounding import AFFORDANCES
-        from groundplan.planners import PLANNERS
+        truth never shows under the name of one that did not (a stand-in keeps the label; the tables mark
+        it from :attr:`declarations`)."""
+        from groundplan.core.truth import oracle_names
         from groundplan.planners.base import labelled
 
-        options = PLANNERS.config_class(self.name).model_validate(self.options)
-        affordance = AFFORDANCES.get(self.affordance).oracle if self.affordance else None
-        return labelled(self.label or self.name, [*options.oracles, *([affordance] if affordance else [])])
+        return labelled(self.label or self.name, oracle_names(self.declarations))
 
     @field_validator("grid")
     @classmethod

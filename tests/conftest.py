@@ -11,6 +11,23 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def in_ci() -> bool:
+    """True where the environment says this is CI (``CI`` set to anything but empty, 0 or false, as CI services
+    set it: ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require_in_ci(reason: str) -> None:
+    """Skip the calling test here, but fail it in CI: for a test whose dependency (a browser, an optional
+    model package) a developer's machine may lack, while the README's test command, which CI runs, installs
+    it. A skip there would let the test silently never run. ``reason`` says what is missing and how to
+    install it."""
+    if in_ci():
+        pytest.fail(f"{reason}; CI={os.environ['CI']!r}, where the README's test command installs what it needs, "
+                    "so this test must run here and not skip", pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def lm():
     from groundplan.llm.hf import HFLanguageModel

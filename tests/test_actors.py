@@ -55,7 +55,7 @@ def test_batcher_error_reaches_every_caller_of_the_batch():
         return await asyncio.gather(*(b.submit(i) for i in range(3)), return_exceptions=True)
 
     out = asyncio.run(main())
-    assert all(isinstance(e, RuntimeError) for e in out)
+    assert len(out) == 3 and all(isinstance(e, RuntimeError) and str(e) == "model fell over" for e in out)
 
 
 def test_scorer_actor_batches_concurrent_requests(ray_local):

@@ -48,9 +48,13 @@ def test_collect_writes_every_trajectory_with_the_schema(tmp_path):
         assert row["actions"][-1] == "done picking up" and row["rewards"][-1] == 1.0 and sum(row["rewards"]) == 1.0
         assert row["observations"][0] == row["init_obs"] and all(row["feasible"])
         assert all(a in adm for a, adm in zip(row["actions"], row["admissible"]))
-    examples = prompt_examples(cfg.data_dir, n=2)
-    assert len(examples) == 2 and all(g and o and a[-1] == "done picking up" for g, o, a in examples)
-    assert prompt_examples(cfg.data_dir) == prompt_examples(cfg.data_dir)  # deterministic
+    # the few-shot examples: the successful expert train trajectories, in traj_id order whatever order the
+    # shards hold them in, built here from the rows read above
+    train = sorted((row for row in rows if row["split"] == "train"), key=lambda row: row["traj_id"])
+    expected = [(row["goal"], row["init_obs"], row["actions"]) for row in train]
+    assert len(expected) == 8 and all(g and o and a[-1] == "done picking up" for g, o, a in expected)
+    assert prompt_examples(cfg.data_dir) == expected
+    assert prompt_examples(cfg.data_dir, n=2) == expected[:2]
 
 
 def test_interrupted_then_resumed_run_is_exactly_once(tmp_path):

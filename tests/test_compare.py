@@ -10,7 +10,6 @@ import pytest
 from groundplan import cli
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import (
-    holm_adjust,
     mcnemar_exact,
     mean_interval,
     wilson_interval,
@@ -80,7 +79,16 @@ def test_discordant_counts_mcnemar_and_holm_over_every_test():
     assert ex["p_value"] == pytest.approx(mcnemar_exact(0, 5)) == pytest.approx(2 / 32)
     assert (tests[("Explore", "sr")]["a_only"], tests[("Explore", "sr")]["b_only"]) == (2, 1)
     everything = [t for r in result["planners"] for t in r["tests"]]
-    assert [t["p_holm"] for t in everything] == pytest.approx(holm_adjust([t["p_value"] for t in everything]))
+    # Holm over the 4 tests, by hand: raw p 1/16 (SayNav's 0 vs 5, twice) and 1.0 (Explore's 2 vs 1, twice);
+    # sorted 1/16, 1/16, 1, 1 times 4, 3, 2, 1 = 1/4, 3/16, 2, 1, running maximum capped at 1: 1/4, 1/4, 1, 1
+    assert tests[("Explore", "execution_success")]["p_value"] == pytest.approx(1.0)
+    holm = {key: t["p_holm"] for key, t in tests.items()}
+    assert holm == pytest.approx({("SayNav", "execution_success"): 0.25, ("SayNav", "sr"): 0.25,
+                                  ("Explore", "execution_success"): 1.0, ("Explore", "sr"): 1.0})
+    from statsmodels.stats.multitest import multipletests  # an independent implementation agrees
+
+    assert [t["p_holm"] for t in everything] == pytest.approx(list(multipletests([t["p_value"] for t in everything],
+                                                                                  method="holm")[1]))
     assert not any(t["significant"] for t in everything)  # 0.0625 raw: nothing after Holm either
 
 

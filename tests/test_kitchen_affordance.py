@@ -57,9 +57,24 @@ def env() -> KitchenEnv:
     return KitchenEnv(mode="language")
 
 
-def test_registered_sources_satisfy_the_protocol():
-    for name in ("kitchen_value", "kitchen_language_sim"):
-        assert isinstance(AFFORDANCES.get(name)(), AffordanceSource)
+def test_registered_sources_satisfy_the_protocol_and_score_as_their_classes(env):
+    """Each registered name builds a source that scores: its values on a known state (the value source) or
+    a known step (the C.2 simulator), not only the protocol's method names."""
+    value = AFFORDANCES.get("kitchen_value")()
+    assert isinstance(value, AffordanceSource)
+    obs = env.reset(task_by_id("kitchen/nl_single_primitive/01"), 0)  # at the close counter with the apple
+    s = scores(value, obs)
+    assert s["pick up the apple"] == 1.0 and s["pick up the coke can"] == 0.0 and s["done"] == pytest.approx(0.1)
+    assert s == scores(KitchenValueAffordance(), obs)
+
+    sim = AFFORDANCES.get("kitchen_language_sim")()
+    assert isinstance(sim, AffordanceSource)
+    task = task_by_id("kitchen/long_horizon/00")
+    sim.reset(task, 11)
+    p = sim(Observation(skills=list(SKILLS)), list(SKILLS), [])
+    first = task.reference_plan[0]
+    assert sim.last_target == first and p[SKILLS.index(first)] >= 0.8
+    assert sum(v >= 0.8 for v in p) == 1 + len(sim.last_distractors)  # the target and its distractors only
 
 
 def test_value_affordance_at_the_object_with_an_empty_gripper(env):

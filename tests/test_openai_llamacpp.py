@@ -4,7 +4,8 @@
 (``tests/test_openai_api.py``). Echo scoring ranks SayCan's kitchen skills as the in-process ``hf`` backend
 does on the same weights, sampling with ``n`` and a stop string works, a SayCan kitchen episode makes the
 ``hf`` backend's decisions, ``groundplan plan --set llm.backend=openai ...`` runs against it, and the same
-server started without a BOS token (whose echo log-probs are then shifted by one token) is refused.
+server started without a BOS token (whose echo log-probs are then shifted by one token) is refused, both at
+its first scoring call and by the echo probe a scoring config sends when it loads.
 
 What the server departs from in the API, and how the backend copes, is in docs/models.md. Every request
 runs llama-cpp-python's Python loop over the whole vocabulary for each echoed token (~40 ms a token on a
@@ -32,7 +33,8 @@ _MISSING = [m for m in ("llama_cpp", "sse_starlette", "starlette_context", "pyda
 if _MISSING:
     pytest.skip(f"{_NEEDS} (missing: {', '.join(_MISSING)})", allow_module_level=True)
 
-from groundplan.core.errors import MissingModelError
+from groundplan.config import LLMSpec, PlannerSpec, probe_llm_needs
+from groundplan.core.errors import InvalidInputError, MissingModelError
 from groundplan.llm.base import GenerationParams
 from groundplan.llm.loading import DEFAULT_LLM, embedded_gguf
 from groundplan.llm.openai_backend import LLMServiceError, OpenAILanguageModel
@@ -95,6 +97,13 @@ def _start(log: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     pytest.fail(f"llama_cpp.server never answered {base}/models: {log.read_text()[-3000:]}")
 
 
+def _probe(base: str, **options) -> None:
+    """The echo probe ``groundplan eval``/``plan`` send when a config whose planner scores (SayCan) loads."""
+    spec = LLMSpec(backend="openai", model=MODEL, options={"base_url": base, "api_key_env": None, "timeout_s": 600,
+                                                           **options})
+    probe_llm_needs(spec, [PlannerSpec(name="saycan", label="SayCan")])
+
+
 def _stop(proc: subprocess.Popen) -> None:
     """SIGTERM to the server's process group, SIGKILL if it lingers; nothing of it is left."""
     stop_group(proc, grace_s=30)
@@ -126,9 +135,12 @@ def test_the_server_without_a_bos_token_is_refused_at_the_first_call(tmp_path):
             lm.score(PROMPT, SKILLS)
         assert lm.stats.requests == 1  # the first request, alone
         [gen] = lm.generate(PROMPT, GenerationParams(temperature=0.0, max_new_tokens=4))  # sampling is unaffected
+        with pytest.raises(InvalidInputError) as at_load:
+            _probe(base)
     finally:
         _stop(proc)
     assert "shifted by one token" in str(err.value) and "at only" in str(err.value)
+    assert "planner(s) 'SayCan' score options" in str(at_load.value) and "shifted by one token" in str(at_load.value)
     assert gen.num_tokens > 0
 
 
@@ -141,10 +153,16 @@ def test_the_server_without_logits_for_every_token_is_refused_at_the_first_reque
         lm = OpenAILanguageModel(MODEL, base_url=base, api_key_env=None, max_retries=0)
         with pytest.raises(LLMServiceError) as err:
             lm.score(PROMPT, SKILLS)
+        with pytest.raises(InvalidInputError, match="score options.*answered HTTP 500.*logits_all=False"):
+            _probe(base, max_retries=0)
     finally:
         _stop(proc)
     assert "answered HTTP 500" in str(err.value) and "logits_all=False" in str(err.value)
     assert lm.stats.requests == 1
+
+
+def test_the_echo_probe_of_a_scoring_config_passes_the_server(server):
+    _probe(server)  # echo with aligned log-probs: a SayCan config over this server loads
 
 
 def test_echo_scores_rank_kitchen_skills_as_the_hf_backend_does(remote, lm, record_property):

@@ -31,7 +31,17 @@ def make_saycan(lm: FakeLM, affordance=None, **options) -> SayCanPlanner:
 
 
 def test_fake_lm_satisfies_the_protocol() -> None:
-    assert isinstance(FakeLM(), LanguageModel)
+    """The stand-in the planner tests rely on has the protocol's methods and answers as its doc says: one
+    score per option, in order, from its table or ``default_token_logprob`` per whitespace token."""
+    lm = FakeLM({"find a coke can": -1.5}, default_token_logprob=-2.0)
+    assert isinstance(lm, LanguageModel)
+    scores = lm.score("Robot: 1.", [" find a coke can", " pick up the coke can", " done"])
+    assert [(s.option, s.logprob_sum, s.num_tokens) for s in scores] == [
+        (" find a coke can", -1.5, 4), (" pick up the coke can", -10.0, 5), (" done", -2.0, 1)]
+    assert [s.logprob_mean for s in scores] == pytest.approx([-1.5 / 4, -2.0, -2.0])
+    assert lm.score_batch([("Robot: 1.", [" done"])]) == [[scores[2]]]
+    assert lm.score_calls == [("Robot: 1.", [" find a coke can", " pick up the coke can", " done"]),
+                              ("Robot: 1.", [" done"])]
 
 
 def test_prompt_file_is_listing_1() -> None:

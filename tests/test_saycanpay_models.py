@@ -150,6 +150,11 @@ def test_train_on_ray_registers_a_loadable_model(tiny_encoder, kitchen_data, tmp
                       max_trajectories=16, output_dir=str(tmp_path / "out"))
     result = run_train(cfg, progress=False)
     assert result.model_uri == f"models:/{kind}-tiny/1"
+    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.grounding.canpay.model import resolve_model_folder
+
+    lineage = load_lineage(resolve_model_folder(result.model_uri, result.tracking_uri), result.model_uri)
+    assert lineage is not None and {e.role for e in lineage.examples} == {"train", "validation"}  # logged with it
     metric = "val_f1" if kind == "can" else "val_mse"
     history = MlflowClient(result.tracking_uri).get_metric_history(result.run_id, metric)
     assert [m.step for m in history] == [1, 2]

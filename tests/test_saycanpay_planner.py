@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth
 from groundplan.core.types import Observation, Task
 from groundplan.grounding.saycanpay import CanPayScores
 from groundplan.llm.beam_search import BeamCandidate
@@ -44,6 +45,8 @@ class BeamLM(FakeLM):
 
 class RuleCanPay:
     """score_sequences from rules: can(history, action), pay(history, action)."""
+
+    declaration = None  # reads no simulator truth
 
     def __init__(self, can=lambda h, a: 1.0, pay=lambda h, a: 1.0):
         self.can, self.pay, self.calls = can, pay, []
@@ -148,7 +151,7 @@ def test_perfect_say_needs_oracle_and_offers_the_expert_action():
 
 
 class Oracular(RuleCanPay):
-    oracle = "simulator feasibility"
+    declaration = OracleDeclaration("simulator feasibility", frozenset({Truth.SIMULATOR}), "replays the task")
 
 
 def test_oracle_sources_are_declared_and_need_oracle_true():

@@ -60,12 +60,12 @@ def test_plan_max_steps_is_a_ceiling():
         assert len(r.json()["steps"]) == ran and not r.json()["terminated"]
 
 
-@pytest.mark.parametrize("start_state,code,words", [
-    ({"robot": "mars"}, 400, "start_state: unknown robot start 'mars'"),
-    ({"hovering": True}, 400, "start_state: unknown start_state key(s) ['hovering']"),
-    ({"placement": {"apple": "the moon"}}, 400, "start_state: bad start placement"),
-    ({"holding": "unicorn"}, 400, "start_state: unknown held object"),
-    ("table", 422, "start_state"),
+@pytest.mark.parametrize("start_state,code,words", [  # the kitchen's schema (KitchenStartState) decides: 422
+    ({"robot": "mars"}, 422, "start_state.robot: Input should be 'close counter', 'far counter'"),
+    ({"hovering": True}, 422, "start_state.hovering: Extra inputs are not permitted, got True"),
+    ({"placement": {"apple": "the moon"}}, 422, "start_state.placement.apple: Input should be"),
+    ({"holding": "unicorn"}, 422, "got 'unicorn'"),
+    ("table", 422, "start_state: must be an object"),
 ])
 def test_a_malformed_start_state_is_refused_before_the_episode(start_state, code, words):
     lm = FakeLM.following(PLAN)

@@ -15,6 +15,7 @@ from groundplan.pipelines.evaluate.sweep import run_sweep
 from groundplan.rollout.frames import png_bytes, write_frames
 from groundplan.viewer.data import ViewerData
 from groundplan.viewer.server import make_server
+from tests.conftest import require_in_ci
 from tests.fakes import FakeLM, small_kitchen_config
 
 #: where the browser test saves its screenshots: a temporary folder, or docs/ (the pictures the docs show)
@@ -88,8 +89,8 @@ def test_data_side(sweep):
 
 @pytest.fixture(scope="module")
 def browser():
-    if not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()):
-        pytest.skip("no chromium")
+    if not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()) or not Path("/usr/bin/chromedriver").exists():
+        require_in_ci("no Chromium and ChromeDriver (Debian: apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.actors.scorer import DynamicBatcher
+from groundplan.core.truth import DeclaresTruth, OracleDeclaration
 from groundplan.core.types import Observation, Task
 from groundplan.grounding import AFFORDANCES
 
@@ -69,12 +70,15 @@ class AffordanceServer:
         return out
 
 
-class RemoteAffordance:
+class RemoteAffordance(DeclaresTruth):
     """An :class:`~groundplan.grounding.base.AffordanceSource` over an AffordanceServer handle, for one
-    episode at a time (planners call ``reset`` at episode start)."""
+    episode at a time (planners call ``reset`` at episode start). ``declaration`` is the hosted source's
+    (its registered class's), so the planner reports what the source reads wherever the source runs; the
+    hosted source itself reads through the gate in the server."""
 
-    def __init__(self, handle: Any, name: str, episode: str) -> None:
+    def __init__(self, handle: Any, name: str, episode: str, declaration: OracleDeclaration | None = None) -> None:
         self.handle, self.name, self.episode = handle, name, episode
+        self.declaration = declaration
 
     def reset(self, task: Task, seed: int) -> None:
         import ray

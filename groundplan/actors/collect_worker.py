@@ -41,10 +41,11 @@ class CollectWorker:
         self.kind = source.get("kind", "expert")
         self.fault = fault
         if self.kind == "expert":
-            from groundplan.envs.experts import EXPERTS
+            from groundplan.envs.experts import EXPERTS, expert_declaration
 
-            self.expert = EXPERTS.get(source.get("expert") or env_name)(self.env)
-            self.planner: Planner = ExpertPlanner(self.expert, self.env.done_skill)
+            name = source.get("expert") or env_name
+            self.expert = EXPERTS.get(name)(self.env)
+            self.planner: Planner = ExpertPlanner(self.expert, self.env.done_skill, expert_declaration(name))
             self.label = self.expert.name
         else:
             from groundplan.config import LLMSpec, PlannerSpec

@@ -36,9 +36,11 @@ class RunnerActor:
         affordance_for = None
         if affordance_server is not None:
             from groundplan.actors.affordance_server import RemoteAffordance
+            from groundplan.grounding import AFFORDANCES
 
             def affordance_for(spec: Any, episode_id: str) -> Any:
-                return RemoteAffordance(affordance_server, spec.display, episode_id)
+                declaration = AFFORDANCES.get(spec.affordance).declaration  # what the hosted source reads
+                return RemoteAffordance(affordance_server, spec.display, episode_id, declaration)
 
         self.runners: list[EpisodeRunner] = []
         self._free: queue.SimpleQueue[EpisodeRunner] = queue.SimpleQueue()

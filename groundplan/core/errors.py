@@ -36,3 +36,9 @@ class InfrastructureError(GroundplanError, RuntimeError):
     """Something an episode depended on failed for good: an actor died, or an LLM server still failed
     after its retries. It says nothing about the planner, so an episode records it as an
     infrastructure failure (``EpisodeTrace.infrastructure_failure``), never as the planner's."""
+
+
+class OracleAccessError(GroundplanError, RuntimeError):
+    """A planner or grounding source read simulator truth (a task's goal, reference plan, metadata or start
+    state, or the simulator state in an observation) that its declaration does not name. Reading truth is
+    an oracle and must be declared (:mod:`groundplan.core.truth`), so the tables can mark the rows that did."""

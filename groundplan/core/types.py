@@ -18,7 +18,9 @@ class Task:
     ``goal`` is env-specific data that the env's goal checker understands (e.g. predicates);
     ``start_state`` optionally pins parts of the initial state (SayCan's "embodiment" family);
     ``reference_plan`` is a known-good skill sequence when one exists. A planner must not read
-    ``goal``, ``reference_plan`` or ``metadata`` unless its config names an oracle.
+    ``goal``, ``reference_plan``, ``metadata`` or ``start_state`` unless its config names an oracle, and
+    then only through :func:`groundplan.core.truth.read` under a declaration (the env side reads them
+    directly).
     """
 
     task_id: str
@@ -34,8 +36,11 @@ class Task:
 class Observation:
     """What a planner and its grounding functions may see after reset or a skill.
 
-    ``skills`` are the admissible skill labels now; ``state`` is env-specific structured state for
-    affordance/perception functions (the LLM never sees it unless a planner puts text in its prompt);
+    ``skills`` are the admissible skill labels now; ``state`` is the env's structured state, the
+    simulator's truth except the fields that model the robot's sensors (:data:`groundplan.core.truth.PERCEPTS`):
+    planners and grounding sources read the first through :func:`groundplan.core.truth.read` under a
+    declaration and percepts through :func:`groundplan.core.truth.percept` (the LLM never sees it unless a
+    planner puts text in its prompt);
     ``text`` is an optional scene description; ``images`` maps camera name → array;
     ``admissible`` optionally masks ``skills`` to the ones this state admits.
     """

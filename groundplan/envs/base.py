@@ -9,10 +9,13 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Hashable, Literal, Mapping, Protocol, Sequence
+
+from pydantic import ValidationError
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
+from groundplan.envs.start_state import StartState, error_lines
 
 
 class TaskSpecError(InvalidInputError):
@@ -26,6 +29,18 @@ class TaskSpecError(InvalidInputError):
     def __init__(self, message: str, path: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.path: tuple[Any, ...] = tuple(path)
+
+
+class StartStateError(TaskSpecError):
+    """A start state that does not fit its env's :attr:`Env.start_state_schema` (a wrong type, an unknown
+    key, a value outside a closed set). ``errors`` holds every problem; ``path`` (the first one's) locates
+    it for task files, and the serve API answers 422 naming each field."""
+
+    def __init__(self, errors: Sequence[tuple[tuple[Any, ...], str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" if field else message for _, field, message in errors),
+                         errors[0][0] if errors else ())
+        #: ``(path, field, message)`` of each problem (:func:`groundplan.envs.start_state.error_lines`)
+        self.errors: list[tuple[tuple[Any, ...], str, str]] = list(errors)
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,10 @@ class EnvCapabilities:
     action_model: bool = False
     #: every observation of an episode lists the same actions (skills and admissible mask)
     fixed_actions: bool = False
+    #: what a split of this env keeps apart between train and test: ``"signature"`` (instruction and
+    #: first observation text, :func:`groundplan.envs.splits.visible_signature`) or ``"instruction"``
+    #: (the instruction alone, for an env split by task name); the evaluation's lineage check uses it
+    disjoint_by: Literal["signature", "instruction"] = "signature"
 
 
 class ActionModel(Protocol):
@@ -189,6 +208,24 @@ class Env(ABC):
     #: below. Imported on first use, so that the env module and its language module (which builds and
     #: checks states with the env's own code) do not import each other. None: no task files.
     goal_language: str | None = None
+    #: the shape of the ``Task.start_state`` this env's ``reset`` reads (a
+    #: :class:`~groundplan.envs.start_state.StartState` model): checked by :meth:`check_start_state` before
+    #: any env is built, by task files and the serve API alike. None: the env takes no start state.
+    start_state_schema: ClassVar[type[StartState] | None] = None
+
+    @classmethod
+    def check_start_state(cls, data: Any) -> StartState | None:
+        """``data`` checked against :attr:`start_state_schema` alone (types, keys, closed sets of values),
+        without building the env: the model, or None for None. Raises :class:`StartStateError` naming each
+        bad field, or :class:`TaskSpecError` when the env takes no start state."""
+        if data is None:
+            return None
+        if cls.start_state_schema is None:
+            raise TaskSpecError(f"the {cls.name} env takes no start_state")
+        try:
+            return cls.start_state_schema.model_validate(data)
+        except ValidationError as exc:
+            raise StartStateError(error_lines(exc)) from None
 
     @property
     def supports_task_files(self) -> bool:
@@ -199,14 +236,15 @@ class Env(ABC):
         return importlib.import_module(self.goal_language) if self.goal_language else None
 
     def parse_start_state(self, data: Any) -> dict[str, Any] | None:
-        """A task file's ``start_state`` (plain data) → the ``Task.start_state`` this env's ``reset``
-        reads, validated; None when the file gives none. Raises :class:`TaskSpecError`."""
+        """A start state given as plain data (a task file's, an API request's) → the ``Task.start_state``
+        this env's ``reset`` reads, validated; None when none is given. First :meth:`check_start_state`
+        (the schema), then the goal language's checks that need the env's data; an env without a goal
+        language takes the schema's fields as given (null ones left out). Raises :class:`TaskSpecError`."""
+        checked = self.check_start_state(data)
         language = self._goal_language()
         if language is not None:
             return language.parse_start_state(data)
-        if data is None:
-            return None
-        raise TaskSpecError(f"the {self.name} env takes no start_state in task files")
+        return None if checked is None else checked.model_dump(exclude_none=True)
 
     def parse_goal(self, data: Any, start_state: Mapping[str, Any] | None = None) -> Any:
         """A task file's ``goal``, written in this env's goal language (docs/tasks.md), → the ``Task.goal``

@@ -6,12 +6,19 @@ the next high-level action after each step (closed loop, so physics outcomes are
 it returns the env's done skill when the goal holds. Experts read simulator state and the task's goal:
 they are oracles, never planners. Where the env's own task carries a reference plan that solves it
 noise-free (the kitchen's, VirtualHome's programs), :class:`ReferencePlanExpert` plays it.
+
+Experts are the simulator side, like the envs they drive: they read the task and the simulator directly,
+not through the planners' gate (:mod:`groundplan.core.truth`). What each registered expert reads is declared
+beside its registration (:data:`EXPERT_DECLARATIONS`), and the planner that plays it in data collection
+(:class:`~groundplan.rollout.trajectory.ExpertPlanner`) reports that declaration, so its trajectories'
+traces record it.
 """
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from groundplan.core.registry import Registry
+from groundplan.core.truth import OracleDeclaration, Truth
 from groundplan.core.types import Observation, Task
 from groundplan.envs.base import Env
 
@@ -65,3 +72,35 @@ EXPERTS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiOracle")
 EXPERTS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsOracle")
 EXPERTS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:reference_program_expert")
 EXPERTS.register_lazy("kitchen", "groundplan.envs.experts:ReferencePlanExpert")
+
+
+def _expert(reads: set[Truth], wording: str) -> OracleDeclaration:
+    return OracleDeclaration(name="expert", reads=frozenset(reads), wording=wording)
+
+
+#: what each registered expert reads of the simulator's truth (SayCanPay Sec. 4's "oracle planner"); every
+#: name in :data:`EXPERTS` has one, so collected rows and their traces say what their expert saw
+EXPERT_DECLARATIONS: dict[str, OracleDeclaration] = {
+    "babyai": _expert({Truth.GOAL, Truth.STATE}, "the minigrid level's grid (walls, doors, keys, objects) and the "
+                      "task's goal, routed to by a cost-weighted search (closed loop)"),
+    "babyai_bot": _expert({Truth.GOAL, Truth.STATE, Truth.START_STATE}, "minigrid's BabyAIBot plan from the "
+                          "task's start state and mission, checked by replay, else the route-finding oracle"),
+    "hanoi": _expert({Truth.GOAL, Truth.STATE}, "the physical rod state and the task's goal, solved by search "
+                     "after every move"),
+    "blocks_bowls": _expert({Truth.GOAL, Truth.STATE}, "the bowls' true contents and the task's goal colours"),
+    "virtualhome_scp": _expert({Truth.REFERENCE_PLAN}, "the task's reference program, played open loop"),
+    "kitchen": _expert({Truth.REFERENCE_PLAN}, "the task's reference plan, played open loop (SayCan App. C.2)"),
+}
+#: an expert without an entry (one built by hand): it may read any of the task's truth and the simulator's
+ANY_EXPERT = _expert({Truth.GOAL, Truth.REFERENCE_PLAN, Truth.STATE, Truth.START_STATE},
+                     "an expert oracle reading the simulator and the task's goal or reference plan")
+
+
+def expert_declaration(name: str | None) -> OracleDeclaration:
+    """What the registered expert ``name`` reads (:data:`EXPERT_DECLARATIONS`); :data:`ANY_EXPERT` for None."""
+    if name is None:
+        return ANY_EXPERT
+    if name not in EXPERT_DECLARATIONS:
+        EXPERTS.get(name)  # an unknown name lists the registered ones
+        raise KeyError(f"expert '{name}' declares nothing it reads; add it to EXPERT_DECLARATIONS")
+    return EXPERT_DECLARATIONS[name]

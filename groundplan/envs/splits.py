@@ -1,10 +1,10 @@
 """Model-visible task signatures, so that no test or validation task repeats a train task in what the
-models read.
+models read before they act.
 
 SayCanPay's Can and Pay models read ``<Goal> g <Initial State> o0 <Step 1> a1 ... <NXT> a_t`` (App. B.1),
 its Say model reads few-shot train trajectories (App. A.1), and every planner here sees the instruction
-and the observation text. Two tasks alike in goal text, first observation text and expert plan are
-one example to all of them, however much their hidden state differs (grid bytes, millimetre positions,
+and the observation text. Two tasks alike in goal text and first observation text are one question to
+all of them, however much their hidden state or their expert plan differs (grid bytes, millimetre positions,
 another program file of the same steps). Splits deduplicated on hidden state therefore still held test
 tasks that were train tasks to the models, which measures recall, not the generalisation of Sec. 6.
 Every split is deduplicated on :func:`visible_signature` instead: the envs draw their tasks through
@@ -36,14 +36,21 @@ def normalise_text(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def visible_signature(goal: str, observation: str | None = None, plan: Sequence[str] | None = None) -> str:
-    """Hash of what a model reads of a task: its goal (instruction) text, its first observation text and
-    its expert plan, each normalised (:func:`normalise_text`). A part given as None is left out and
-    differs from an empty one, so a signature without the observation never equals one with it."""
-    parts = [normalise_text(goal),
-             "\x1f" if observation is None else normalise_text(observation),
-             "\x1f" if plan is None else "\x1e".join(normalise_text(a) for a in plan)]
+def visible_signature(goal: str, observation: str | None = None) -> str:
+    """Hash of what a model reads of a task before it acts: its goal (instruction) text and its first
+    observation text, each normalised (:func:`normalise_text`). The expert plan stays out of the key: a
+    model does not read it before acting, and two tasks that differ only in their plan are the same
+    question to every planner, so keying on the plan let test tasks repeat train tasks (in VirtualHome,
+    another program of the same instruction in the same room). An observation given as None is left
+    out and differs from an empty one, so a signature without the observation never equals one with it."""
+    parts = [normalise_text(goal), "\x1f" if observation is None else normalise_text(observation)]
     return hashlib.sha1("\x1d".join(parts).encode()).hexdigest()[:16]
+
+
+def instruction_key(goal: str) -> str:
+    """The normalised instruction alone: the key of a split by task name (VirtualHome), where a test
+    instruction must not occur in train or in a prompt example whatever the observation says."""
+    return normalise_text(goal)
 
 
 def draw_tasks(candidates: Iterable[Task], n: int, unique_key: str, exclude: Collection[str] = ()) -> list[Task]:

@@ -13,7 +13,9 @@ task and seed (:func:`~groundplan.evaluation.summary.episode_key`), the env opti
 - the McNemar p-values Holm-adjusted (Holm 1979) over every test the report prints, and a difference
   called significant only by the adjusted value.
 
-Episodes and planners that only one run has are counted and named, never dropped silently.
+Episodes and planners that only one run has are counted and named, never dropped silently. A planner that
+read simulator truth is marked from what its traces declare (``†`` oracle, ``‡`` stand-in,
+:mod:`groundplan.evaluation.marks`), each side's, and the report says when the two sides declare differently.
 """
 from __future__ import annotations
 
@@ -26,6 +28,14 @@ from typing import Any, Sequence
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
 from groundplan.core.stats import holm_adjust, mean_interval, wilson_interval
+from groundplan.core.truth import unique
+from groundplan.evaluation.marks import (
+    LEGEND,
+    Marks,
+    declarations_of,
+    trace_marks,
+    with_config_declarations,
+)
 from groundplan.evaluation.summary import episode_key, format_rate, mcnemar_pairs
 from groundplan.evaluation.tables import run_configs, run_folders, run_traces
 from groundplan.rollout.traces import EpisodeTrace
@@ -159,16 +169,18 @@ def compare_runs(paired: PairedRuns) -> dict[str, Any]:
     tests: list[dict[str, Any]] = []
     for planner, pairs in paired.shared.items():
         envs = list(dict.fromkeys(a.env for a, _ in pairs))
-        declared = [m for env in envs for m in _declared_measures(env)]
-        measures = list(dict.fromkeys([*SUCCESS_MEASURES, *declared]))
+        env_measures = [m for env in envs for m in _declared_measures(env)]
+        measures = list(dict.fromkeys([*SUCCESS_MEASURES, *env_measures]))
         n = len(pairs)
         success = {}
         for side, idx in (("a", 0), ("b", 1)):
             k = sum(bool(p[idx].execution_success) for p in pairs)
             success[side] = {"successes": k, "n": n, "rate": k / n if n else 0.0, "ci": list(wilson_interval(k, n))}
+        declared = {side: [d.to_dict() for d in trace_marks(p[idx] for p in pairs).of(planner)]
+                    for side, idx in (("a", 0), ("b", 1))}
         row: dict[str, Any] = {"planner": planner, "envs": envs, "n_shared": n, "only_a": paired.only_a[planner],
                                "only_b": paired.only_b[planner], "success": success, "tests": [],
-                               "differences": []}
+                               "differences": [], "oracles": declared}
         for m in measures:
             info = measure_info(m)
             if info is not None and info.proportion:
@@ -212,10 +224,23 @@ def compare_report(result: dict[str, Any], name_a: str = "A", name_b: str = "B",
         lines.append(f"planners only in A: {', '.join(result['planners_only_a'])}")
     if result["planners_only_b"]:
         lines.append(f"planners only in B: {', '.join(result['planners_only_b'])}")
+    footnotes: list[str] = []
     for row in result["planners"]:
         sa, sb = row["success"]["a"], row["success"]["b"]
-        lines += ["", (f"## {row['planner']}: {row['n_shared']} shared episodes "
+        planner, declared = row["planner"], row.get("oracles", {})
+        a, b = declarations_of(declared.get("a")), declarations_of(declared.get("b"))
+        lines += ["", (f"## {planner}: {row['n_shared']} shared episodes "
                        f"({row['only_a']} only in A, {row['only_b']} only in B)")]
+        if a or b:
+            both = Marks({planner: unique(a + b)})
+            lines.append(f"- {both.mark(planner)} reads simulator truth: {', '.join(d.name for d in both.of(planner))}")
+        if a != b:
+            lines.append(f"- note: A and B declare different simulator truth for this planner (A: "
+                         f"{', '.join(d.name for d in a) or 'none'}; B: {', '.join(d.name for d in b) or 'none'})")
+        for side, ds in ((("", a),) if a == b else (("A: ", a), ("B: ", b))):
+            note = Marks({planner: ds}).footnote(planner)
+            if note is not None:
+                footnotes.append(side + note)
         if not row["n_shared"]:
             continue
         lines.append(f"- execution success: A {format_rate(sa['successes'], sa['n'], *sa['ci'])}, "
@@ -232,6 +257,8 @@ def compare_report(result: dict[str, Any], name_a: str = "A", name_b: str = "B",
     n_tests = sum(len(r["tests"]) for r in result["planners"])
     if n_tests:
         lines += ["", f"Holm-adjusted over the {n_tests} McNemar tests above; significant: Holm p < {ALPHA}."]
+    if footnotes:
+        lines += ["", LEGEND, *footnotes]
     return "\n".join(lines) + "\n"
 
 
@@ -242,7 +269,8 @@ def compare_folders(run_a: str | Path, run_b: str | Path, planners: Sequence[str
     compare; returns the dict form and the report text."""
     folders_a, folders_b = run_folders([run_a]), run_folders([run_b])
     notes = check_env_options(run_configs(folders_a), run_configs(folders_b), ignore=ignore_env_options)
-    paired = pair_runs(run_traces(folders_a), run_traces(folders_b), planners)
+    paired = pair_runs(with_config_declarations(run_traces(folders_a), run_configs(folders_a)),
+                       with_config_declarations(run_traces(folders_b), run_configs(folders_b)), planners)
     if not any(paired.shared.values()):
         raise InvalidInputError(f"{run_a} and {run_b} share no episode (same planner label, env, task and seed); "
                                 f"planners in A: {', '.join([*paired.shared, *paired.planners_only_a]) or 'none'}, "

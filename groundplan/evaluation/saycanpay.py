@@ -17,15 +17,21 @@ A Greedy-vs-Beam line compares decoders only if both were offered the same actio
 action model. Where its decisions record that it was offered the first observation's list instead (or do
 not record it), and the env's list can change from state to state (it does not declare
 ``fixed_actions``), the line says "not like-for-like" and draws no conclusion.
+
+Rows that read simulator truth are marked from what their traces record as declared (``†`` an oracle:
+the oracle Can, Perfect-Say; ``‡`` a stand-in), never from their labels, and the oracle rows come last, as
+in the paper's tables; the footnotes under the table say what each marked row read.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from groundplan.core.stats import holm_adjust, wilson_interval
+from groundplan.core.truth import OracleDeclaration
+from groundplan.evaluation.marks import Marks, trace_marks
 from groundplan.evaluation.summary import paired_tests
 from groundplan.rollout.traces import EpisodeTrace
 
@@ -47,6 +53,8 @@ class Row:
     cost_effective: int
     mean_length: float
     errors: int
+    #: what the row's planner declared it reads of the simulator's truth (from its traces)
+    oracles: tuple[OracleDeclaration, ...] = field(default_factory=tuple)
 
     def cell(self, k: int) -> str:
         lo, hi = wilson_interval(k, self.n)
@@ -74,20 +82,23 @@ def table_rows(traces: Iterable[EpisodeTrace], done_skill: str = "done") -> list
     by: dict[str, list[EpisodeTrace]] = defaultdict(list)
     for t in traces:
         by[t.planner].append(t)
+    marks = trace_marks(t for ts in by.values() for t in ts)
     rows = []
     for planner, ts in by.items():
         lengths = [plan_length(t, done_skill) for t in ts]
         ok = [bool(t.execution_success) for t in ts]
         ce = [bool(t.metrics["cost_effective"]) for t in ts]
-        rows.append(Row(planner, len(ts), sum(ok), sum(ce), sum(lengths) / len(ts), sum(t.error is not None for t in ts)))
+        rows.append(Row(planner, len(ts), sum(ok), sum(ce), sum(lengths) / len(ts), sum(t.error is not None for t in ts),
+                        marks.of(planner)))
     return sorted(rows, key=_order)
 
 
 def _order(row: "Row") -> tuple:
-    """Tables 3-5's row order: GT, GA-{Say, SC, SCP}, BA-{Say, SC, SCP}, then the oracle rows."""
+    """Tables 3-5's row order: GT, GA-{Say, SC, SCP}, BA-{Say, SC, SCP}, then the rows that declare an
+    oracle (from their declarations, not their labels)."""
     head, _, rest = row.planner.partition("-")
     score = rest.split(" ", 1)[0]
-    return ("oracle" in row.planner, ("GT", "GA", "BA").index(head) if head in ("GT", "GA", "BA") else 3,
+    return (any(d.is_oracle for d in row.oracles), ("GT", "GA", "BA").index(head) if head in ("GT", "GA", "BA") else 3,
             ("Say", "SC", "SCP").index(score) if score in ("Say", "SC", "SCP") else 3, row.planner)
 
 
@@ -165,11 +176,16 @@ def paired(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str]] = PA
 
 
 def render(rows: Sequence[Row], title: str) -> str:
+    """The Markdown table; a row that read simulator truth carries its mark, and the footnotes under the
+    table say what it read (from the rows' declarations)."""
+    marks = Marks({r.planner: r.oracles for r in rows})
     lines = [f"**{title}** (95% Wilson intervals)", "",
              "| planner | n | success | cost-effective | mean length | errors |", "|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.planner} | {r.n} | {r.cell(r.success)} | {r.cell(r.cost_effective)} | {r.mean_length:.1f} | {r.errors} |")
-    return "\n".join(lines)
+        lines.append(f"| {marks.label(r.planner)} | {r.n} | {r.cell(r.success)} | {r.cell(r.cost_effective)} | "
+                     f"{r.mean_length:.1f} | {r.errors} |")
+    notes = marks.footnotes([r.planner for r in rows])
+    return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def expert_lengths(env_name: str, env_options: dict | None = None) -> tuple[dict[str, int], str]:

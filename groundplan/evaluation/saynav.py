@@ -6,7 +6,8 @@ episode that found every target at once has no tau and is not in its n.
 :func:`paired_lines` compares every planner with the no-LLM exploration on the same houses: SR by an
 exact McNemar test, SPL by the mean paired difference with its 95% interval and a normal-approximation
 p-value. A table's planners may have run on different houses (a slow row on fewer): each row gives its
-own n, and each paired comparison uses only the houses both planners ran.
+own n, and each paired comparison uses only the houses both planners ran. A row that read simulator truth
+(the privileged baseline's target positions) is marked from its traces' declarations, with a footnote.
 """
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import math
 from typing import Any, Iterable
 
 from groundplan.core.stats import mcnemar_exact, mean_interval, mean_se, wilson_interval
+from groundplan.evaluation.marks import Marks, declarations_of, trace_marks
 
 
 def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
     by: dict[str, list[Any]] = {}
     for t in traces:
         by.setdefault(t.planner, []).append(t)
+    marks = trace_marks(t for ts in by.values() for t in ts)
     rows = []
     for planner, ts in by.items():
         n = len(ts)
@@ -32,18 +35,21 @@ def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
                      "spl": spl[0], "spl_lo": spl[1], "spl_hi": spl[2], "tau": tau[0], "tau_n": len(taus),
                      "tau_lo": tau[1], "tau_hi": tau[2],
                      "path_m": sum(float(t.metrics.get("path_m", 0.0)) for t in ts) / n,
-                     "errors": sum(1 for t in ts if getattr(t, "error", None))})
+                     "errors": sum(1 for t in ts if getattr(t, "error", None)),
+                     "oracles": [d.to_dict() for d in marks.of(planner)]})
     return rows
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
+    marks = Marks({r["planner"]: declarations_of(r.get("oracles")) for r in rows})
     out = ["| planner | n | SR (95% Wilson) | SPL (95% CI) | Kendall tau (n succ.) | path m |",
            "|---|---|---|---|---|---|"]
     for r in rows:
         tau = "n/a" if r["tau_n"] == 0 else f"{r['tau']:.2f} [{r['tau_lo']:.2f}, {r['tau_hi']:.2f}] (n={r['tau_n']})"
-        out.append(f"| {r['planner']} | {r['n']} | {100 * r['sr']:.1f}% [{100 * r['sr_lo']:.1f}, {100 * r['sr_hi']:.1f}] | "
+        out.append(f"| {marks.label(r['planner'])} | {r['n']} | {100 * r['sr']:.1f}% [{100 * r['sr_lo']:.1f}, {100 * r['sr_hi']:.1f}] | "
                    f"{r['spl']:.3f} [{r['spl_lo']:.3f}, {r['spl_hi']:.3f}] | {tau} | {r['path_m']:.1f} |")
-    return "\n".join(out)
+    notes = marks.footnotes([r["planner"] for r in rows])
+    return "\n".join(out + ([""] + notes if notes else []))
 
 
 REFERENCE = "Explore (no LLM)"

@@ -4,6 +4,10 @@ Every success rate carries its n and a 95% Wilson score interval (:func:`wilson_
 two planners run on the same episodes (same env, task and seed) are compared by an exact McNemar test
 (:func:`mcnemar_exact`, :func:`paired_tests`), its p-value Holm-adjusted over the env's tests, so a reader
 can see when a handful of episodes decides nothing. :func:`summary_document` is what ``summary.json`` holds.
+
+Each row carries the declarations its traces record (``SummaryRow.oracles``: what the planner read of the
+simulator's truth, :mod:`groundplan.core.truth`); the rendered tables mark a row from them (``†`` an oracle,
+``‡`` a stand-in, :mod:`groundplan.evaluation.marks`) and say under the table what each marked row read.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from typing import Any, Iterable
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
 from groundplan.core.stats import holm_adjust, mcnemar_exact, wilson_interval
+from groundplan.core.truth import unique
+from groundplan.evaluation.marks import Marks, declarations_of
 from groundplan.rollout.traces import EpisodeTrace
 
 ALL = "all"
@@ -54,6 +60,9 @@ class SummaryRow:
     plan_ci: tuple[float, float] | None = None
     #: for env measures that are 0/1 per episode (:func:`is_proportion`): [successes, n, lo, hi]
     metric_cis: dict[str, list[float]] = field(default_factory=dict)
+    #: what the planner declared it reads of the simulator's truth, as its traces record it
+    #: (``OracleDeclaration.to_dict`` each); the tables' mark comes from here
+    oracles: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -113,6 +122,7 @@ def _row(planner: str, env: str, family: str, traces: list[EpisodeTrace]) -> Sum
         plan_successes=sum(plan) if plan else None,
         plan_ci=wilson_interval(sum(plan), len(plan)) if plan else None,
         metric_cis=metric_cis,
+        oracles=[d.to_dict() for d in unique(d for t in traces for d in declarations_of(t.oracles))],
     )
 
 
@@ -261,6 +271,22 @@ def write_summary(path: str | Path, rows: list[SummaryRow], traces: Iterable[Epi
 
 
 # ------------------------------------------------------------------------------------ rendering
+def row_marks(rows: Iterable[SummaryRow]) -> Marks:
+    """Each planner's declarations, from its rows (the mark and footnotes the tables print)."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r.planner, []).extend(r.oracles)
+    return Marks({planner: declarations_of(ds) for planner, ds in by.items()})
+
+
+def _caption(marks: Marks, planners: list[str]) -> str | None:
+    """The footnotes under a table (what each marked row read), or None when no row is marked."""
+    from rich.markup import escape
+
+    lines = marks.footnotes(planners)
+    return escape("\n".join(lines)) if lines else None
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f}%"
 
@@ -292,14 +318,16 @@ def render_table(rows: list[SummaryRow], title: str = "Results"):
     families = list(dict.fromkeys(r.family for r in rows if r.family != ALL)) + [ALL]
     cell = {(r.planner, r.family): r for r in rows}
     what = "plan success / execution success" if has_plan else "success"
-    table = Table(title=f"{title}: {what}, % [95% Wilson interval]")
+    marks = row_marks(rows)
+    table = Table(title=f"{title}: {what}, % [95% Wilson interval]", caption=_caption(marks, planners),
+                  caption_justify="left")
     table.add_column("family", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     measures = ["plan_success", "execution_success"] if has_plan else ["execution_success"]
     for p in planners:
         for m in measures:
             head = {"plan_success": "plan", "execution_success": "exec" if has_plan else "success"}[m]
-            table.add_column(escape(f"{p}\n{head}"), justify="center", no_wrap=True)
+            table.add_column(escape(f"{marks.label(p)}\n{head}"), justify="center", no_wrap=True)
     for fam in families:
         ns = [cell[(p, fam)].episodes for p in planners if (p, fam) in cell]
         same = len(set(ns)) <= 1
@@ -319,7 +347,10 @@ def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str =
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{title} (rates: % [95% Wilson interval])")
+    shown = [r for r in rows if r.family == family]
+    marks = row_marks(shown)
+    table = Table(title=f"{title} (rates: % [95% Wilson interval])",
+                  caption=_caption(marks, [r.planner for r in shown]), caption_justify="left")
     table.add_column("planner", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     for m in metrics:
@@ -332,7 +363,7 @@ def render_metric_table(rows: list[SummaryRow], metrics: list[str], title: str =
             ci = r.interval(m)
             v = getattr(r, m) if m in ROW_RATES else r.metrics.get(m)
             cells.append(format_rate(*ci) if ci is not None and ci[1] > 0 else ("—" if v is None else f"{v:.3f}"))
-        table.add_row(escape(r.planner), str(r.episodes), *cells)
+        table.add_row(escape(marks.label(r.planner)), str(r.episodes), *cells)
     return table
 
 

@@ -7,6 +7,10 @@ tables RUN...``): from what the run declares in its ``config.json``, not from it
 - any other run gets the summary table (:mod:`groundplan.evaluation.summary`): the env's own measures
   when it declares them (``EnvCapabilities.table_measures``, e.g. Zero-Shot Planners' executability and
   LCS), else execution and plan success per family; then the paired McNemar tests, Holm-adjusted.
+
+Every table marks the rows that read simulator truth from the declarations their traces record
+(:mod:`groundplan.evaluation.marks`); a trace written before traces recorded them takes its planner's from
+the run's ``config.json``.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.evaluation import saycanpay, saynav
+from groundplan.evaluation.marks import with_config_declarations
 from groundplan.evaluation.summary import (
     SummaryRow,
     paired_tests,
@@ -94,7 +99,7 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
     if len(kinds) > 1:
         raise InvalidInputError(f"these runs need different tables ({', '.join(sorted(kinds))}); give them one kind "
                                 "at a time")
-    traces = run_traces(folders)
+    traces = with_config_declarations(run_traces(folders), configs)
     kind = kinds.pop()
     if kind == "saycanpay":
         return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split)

@@ -3,7 +3,9 @@
 SayCan's calibrated affordances (``saycan``), the tabletop's detected-object affordance (``tabletop``),
 VirtualHome's simulator preconditions (``virtualhome``), and Zero-Shot Planners' translation to
 admissible actions (``action_index``, ``zeroshot``). Each paper's formulas live in the module named
-after the paper.
+after the paper. Each registered source declares at class level what it reads of the simulator's truth
+(``declaration``, :mod:`groundplan.core.truth`), so a config's label and the tables' marks are known before
+anything is built.
 """
 from groundplan.core.registry import Registry
 

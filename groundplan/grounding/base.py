@@ -2,6 +2,11 @@
 
 SayCan (Ahn et al., Sec. 3) multiplies the LLM's p(ℓ_π | i) by this affordance; SayCanPay's Can
 model and SayCan's value functions both fit this shape.
+
+Every source declares, at class level, what it reads of the simulator's truth (``declaration``, an
+:class:`~groundplan.core.truth.OracleDeclaration`, or None for a source that reads only the observation's
+text, skills and percepts) and reaches that truth only through :func:`groundplan.core.truth.read`, which
+refuses an undeclared read. A planner reports its source's declaration, and the tables mark its rows.
 """
 from __future__ import annotations
 
@@ -9,12 +14,16 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from groundplan.core.truth import DeclaresTruth, OracleDeclaration
 from groundplan.core.types import Observation, Task
 
 
 @runtime_checkable
 class AffordanceSource(Protocol):
     """Maps (observation, skill labels, history of executed labels) → probabilities in [0, 1]."""
+
+    #: what the source reads of the simulator's truth (class level), None for nothing
+    declaration: OracleDeclaration | None
 
     def reset(self, task: Task, seed: int) -> None:
         """Called at episode start (sources that are consistent with a query need the task)."""
@@ -31,6 +40,9 @@ class CanPaySource(Protocol):
     AffordanceServer's client implement it). Returns a
     :class:`~groundplan.grounding.saycanpay.CanPayScores`."""
 
+    #: what the source reads of the simulator's truth (class level), None for nothing
+    declaration: OracleDeclaration | None
+
     def reset(self, task: Task, seed: int) -> None:
         ...
 
@@ -39,15 +51,14 @@ class CanPaySource(Protocol):
         ...
 
 
-class Affordance:
-    """Convenience base with a no-op ``reset``.
+class Affordance(DeclaresTruth):
+    """Convenience base with a no-op ``reset`` and no declaration.
 
-    ``oracle`` names the ground truth a source reads from the task (e.g. its reference plan); None
-    for sources that look only at the observation. A planner using such a source reports it in
-    :attr:`groundplan.planners.base.Planner.oracles` and its label says so.
+    A subclass that reads simulator truth (the task's goal or reference plan, the simulator state in the
+    observation) sets the class attribute ``declaration`` and reads it through
+    :func:`groundplan.core.truth.read`; a planner using it reports the declaration in
+    :attr:`groundplan.planners.base.Planner.declarations`, and an oracle's name ends its label.
     """
-
-    oracle: str | None = None
 
     def reset(self, task: Task, seed: int) -> None:  # noqa: D401 - interface method
         return None

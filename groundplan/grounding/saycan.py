@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth, read
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.kitchen.skills import (
@@ -136,13 +137,23 @@ class KitchenValueAffordance(Affordance):
     gives no value): going or finding where the robot already is, picking what is already held,
     bringing while already at the user, putting down X again after X was put down. Completion is read
     from the state's own history of successful skills (``KitchenState.history``), not the planner's.
+
+    The paper's value functions are learned Q-functions of the robot's policies (App. C.1); here they are
+    computed from the simulator's kitchen state (the robot's and objects' true places, the gripper, the
+    simulated grasp values), so the source declares that state as a stand-in for them: SayCan rows keep
+    their label and the tables mark them.
     """
+
+    declaration = OracleDeclaration(
+        name="value functions from state", reads=frozenset({Truth.STATE}), stands_in=True,
+        wording="simulator state standing in for learned value functions (SayCan App. C.1): the true places of "
+                "robot and objects, the gripper and the simulated grasp values")
 
     def __init__(self, **options: Any) -> None:
         self.config: KitchenValueConfig = validate_options(KitchenValueConfig, options, "kitchen_value affordance options")
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
-        state = observation.state
+        state = read(observation, Truth.STATE, self)
         if not isinstance(state, KitchenState):
             raise InvalidInputError("kitchen_value affordances need a kitchen observation "
                                     f"(Observation.state a KitchenState), got {type(state).__name__}")
@@ -215,7 +226,10 @@ class LanguageSimAffordance(Affordance):
     "(oracle reference-plan affordances)".
     """
 
-    oracle = "reference-plan affordances"
+    declaration = OracleDeclaration(
+        name="reference-plan affordances", reads=frozenset({Truth.REFERENCE_PLAN}),
+        wording="the task's reference plan: affordances consistent with the query, SayCan App. C.2's "
+                "language-based simulator (the next plan step high, a few seeded distractors high, the rest low)")
 
     def __init__(self, **options: Any) -> None:
         self.config: LanguageSimConfig = validate_options(LanguageSimConfig, options, "kitchen_language_sim affordance options")
@@ -225,10 +239,11 @@ class LanguageSimAffordance(Affordance):
         self.last_distractors: list[str] = []
 
     def reset(self, task: Task, seed: int) -> None:
-        if not task.reference_plan:
+        plan = read(task, Truth.REFERENCE_PLAN, self)
+        if not plan:
             raise InvalidInputError(f"the language-based simulator needs a task with a reference plan; "
                                     f"task {task.task_id!r} has none")
-        self._plan = tuple(task.reference_plan)
+        self._plan = tuple(plan)
         self._seed = int(seed)
         self.last_target, self.last_distractors = None, []
 

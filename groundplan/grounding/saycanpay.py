@@ -30,7 +30,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth, read
 from groundplan.core.types import Observation, Task
+from groundplan.grounding.base import Affordance
 from groundplan.grounding.canpay.config import (
     LearnedCanPayOptions,
     OracleCanPayOptions,
@@ -51,10 +53,11 @@ class CanPayScores:
     forwards: int = 0
 
 
-class LearnedCanPay:
-    """``saycanpay_learned``: trained Can/Pay models (options: :class:`LearnedCanPayOptions`)."""
+class LearnedCanPay(Affordance):
+    """``saycanpay_learned``: trained Can/Pay models (options: :class:`LearnedCanPayOptions`). It sees only
+    the instruction, the initial observation's text and the actions, so it declares no truth."""
 
-    oracle: str | None = None  # it sees only the goal, the initial observation and the actions
+    declaration = None
 
     def __init__(self, **options: Any) -> None:
         from groundplan.core.validation import validate_options
@@ -92,7 +95,7 @@ class LearnedCanPay:
         return self.score_sequences(self._goal, self._init_obs, [(history, s) for s in skills]).can
 
 
-class OracleCanPay:
+class OracleCanPay(Affordance):
     """``saycanpay_oracle``: p_can ∈ {0, 1} from the simulator's preconditions, p_pay learned or 1.
 
     The candidate sequence (history + action) is checked from the episode's start state: by the env's
@@ -102,7 +105,10 @@ class OracleCanPay:
     when the goal holds after the history (Sec. 5.1, footnote 1). Both share prefixes through a cache.
     This reads the task and seed (ground truth), so it is for oracle-labelled rows only."""
 
-    oracle: str | None = "simulator feasibility"
+    declaration = OracleDeclaration(
+        name="simulator feasibility", reads=frozenset({Truth.SIMULATOR, Truth.GOAL}),
+        wording="each candidate sequence replayed from the episode's start state in a private simulator (or "
+                "the env's symbolic rules), and the goal for 'done' (SayCanPay Sec. 5.1, footnote 1)")
 
     def __init__(self, **options: Any) -> None:
         from groundplan.core.validation import validate_options
@@ -123,8 +129,13 @@ class OracleCanPay:
         self._states: dict[tuple[str, ...], Any] = {}
 
     def reset(self, task: Task, seed: int) -> None:
+        task = read(task, Truth.SIMULATOR, self)  # the task itself, for the private simulator
         self._task, self._seed, self._cache, self._states = task, int(seed), {}, {}
         self._rules = self.env.symbolic_model(task) if self.symbolic else None
+
+    def _no_goal(self) -> bool:
+        """An ad-hoc task without a goal: "done" is always feasible."""
+        return read(self._task, Truth.GOAL, self) is None
 
     def _symbolic_state(self, sequence: tuple[str, ...]) -> Any:
         """The symbolic state after ``sequence`` (a "done" inside it changes nothing), None once a step's
@@ -147,7 +158,7 @@ class OracleCanPay:
         if self._rules is not None:
             if sequence and sequence[-1] == done_skill:
                 state = self._symbolic_state(sequence[:-1])
-                ok = state is not None and (self._task.goal is None or bool(self._rules.goal_holds(state)))
+                ok = state is not None and (self._no_goal() or bool(self._rules.goal_holds(state)))
             else:
                 ok = self._symbolic_state(sequence) is not None
         elif len(sequence) > 1 and not self._feasible(sequence[:-1]):
@@ -159,7 +170,7 @@ class OracleCanPay:
                 if action == done_skill:
                     # Sec. 5.1, footnote 1: "the goal g is used to evaluate the preconditions of 'done'"
                     if k == len(sequence) - 1:
-                        ok = self._task.goal is None or bool(self.env.check_goal().success)
+                        ok = self._no_goal() or bool(self.env.check_goal().success)
                     continue
                 if not self.env.execute(action).success:
                     ok = False

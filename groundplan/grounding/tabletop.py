@@ -1,6 +1,11 @@
 """SayCan-tabletop affordances (the authors' open-source PyBullet demo): a pick-and-place option is
 afforded (1.0) when the object to pick — and the place target, unless it is a table location — is in
-the perceived object list (``TabletopState.detected``); ``done`` gets 0.2; everything else 0."""
+the perceived object list (``TabletopState.detected``); ``done`` gets 0.2; everything else 0.
+
+It reads the object lister's list alone, a percept (:data:`groundplan.core.truth.PERCEPTS`: the objects the
+top camera's segmentation shows, with the env's miss and false-positive rates), never the true object poses,
+so it declares no simulator truth. The lister is the demo's stand-in for its open-vocabulary detector; at
+the env's default rates (0) it is exact on the objects the camera sees."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -8,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from groundplan.core.truth import percept
 from groundplan.core.types import Observation
 from groundplan.core.validation import validate_options
 from groundplan.envs.tabletop.skills import DONE, parse_skill
@@ -27,7 +33,7 @@ class DetectedObjectAffordance(Affordance):
         self.config = validate_options(DetectedObjectConfig, options, "tabletop_detected options")
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
-        detected = set(getattr(observation.state, "detected", ()) or ())
+        detected = set(percept(observation, "detected") or ())
         out = np.zeros(len(skills))
         for i, skill in enumerate(skills):
             if skill.strip().lower().rstrip(".") == DONE:

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth, read
 from groundplan.core.types import Observation
 from groundplan.core.validation import validate_options
 from groundplan.grounding.base import Affordance
@@ -34,6 +35,11 @@ class PreconditionAffordance(Affordance):
     """1.0 when the step would execute now, 0.0 when it would not; ``done_affordance`` for the done
     label (SayCan Appendix C.1 gives "done" a small constant value)."""
 
+    declaration = OracleDeclaration(
+        name="simulator preconditions", reads=frozenset({Truth.STATE}),
+        wording="the simulator's own precondition check on its hidden evolving graph: exact feasibility of "
+                "each step now, the ground truth saycanpay_oracle labels simulator feasibility")
+
     def __init__(self, **options: Any) -> None:
         config = validate_options(PreconditionConfig, options, "virtualhome_preconditions options")
         self.done_skill = config.done_skill
@@ -41,7 +47,7 @@ class PreconditionAffordance(Affordance):
         self.calls = 0
 
     def __call__(self, observation: Observation, skills: Sequence[str], history: Sequence[str]) -> np.ndarray:
-        snapshot = observation.state
+        snapshot = read(observation, Truth.STATE, self)
         if not hasattr(snapshot, "check"):
             raise InvalidInputError(
                 "virtualhome_preconditions needs the VirtualHome env's observation (a VirtualHomeSnapshot with "

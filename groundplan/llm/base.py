@@ -41,12 +41,15 @@ ScoreRequest = tuple[str, Sequence[str]]
 
 @dataclass(frozen=True)
 class LLMCapabilities:
-    """What a backend can do, declared by its typed options (``capabilities``), never probed.
+    """What a backend can do, declared by its typed options (``capabilities``).
 
     A config whose planner needs something its backend lacks (SayCan's option scoring on a
     chat-completions-only server, say) is refused when it loads, before anything is built
     (:func:`missing`); ``prompt_logprobs`` is what ``groundplan serve``'s ``/v1/completions`` needs
-    for ``echo`` with ``logprobs`` (:class:`SupportsPromptLogprobs`)."""
+    for ``echo`` with ``logprobs`` (:class:`SupportsPromptLogprobs`). For a backend over a remote server
+    the declaration is only what its mode allows: whether the server really does it is the server's, so
+    such a backend also registers a probe that asks the server once, before any episode
+    (:func:`groundplan.llm.probe_backend`)."""
 
     score: bool = True
     generate: bool = True

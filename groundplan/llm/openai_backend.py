@@ -1,8 +1,8 @@
 """Any model behind an OpenAI-compatible HTTP API (vLLM, llama.cpp, TGI, a hosted API, or
 ``groundplan serve`` itself) as a :class:`~groundplan.llm.base.LanguageModel` (``llm.backend: openai``).
 
-Scoring is SayCan's pattern as its public demo ran it on GPT-3 (SayCan Sec. 3, "LLM scoring"; the demo
-in ../shared/papers/NOTES.md): one completions request per ``prompt + option`` with ``echo: true``,
+Scoring is SayCan's pattern (SayCan Sec. 3, "LLM scoring") as the demo its authors published ran it on
+GPT-3: one completions request per ``prompt + option`` with ``echo: true``,
 ``logprobs: 1`` and ``max_tokens: 0``, so the server returns the log-probability of every token of the
 joint text, and the option's log-probability is the sum over its own tokens. An option's tokens are the
 ones whose character span ends past the prompt, the rule the in-process engine uses
@@ -32,7 +32,11 @@ Faults: a 429 or 5xx answer, a timeout or a failed connection is retried ``max_r
 exponential backoff (or the server's ``Retry-After``); what still fails raises :class:`LLMServiceError`,
 naming the URL, an :class:`~groundplan.core.errors.InfrastructureError`, so an episode records it as an
 infrastructure failure and not as the planner's. A server that answers an echo request without prompt
-log-probs is refused at that first request, quoting what it returned. A server that refuses token log-probs
+log-probs is refused at that first request, quoting what it returned; and since a backend's declared
+capabilities say only what its mode can do, not whether the server echoes, a config whose planners score
+sends that request once when it loads (:func:`probe_scoring`, through ``groundplan.config.probe_llm_needs``),
+so a server without echo refuses the config before any episode instead of failing every episode as an
+infrastructure failure. A server that refuses token log-probs
 for sampling (a 400 naming ``logprobs``, as some hosted chat models answer, or a 5xx naming them after its
 retries, as llama.cpp's server without ``--logits_all``) is sampled without them from
 then on, with one warning. The API key is read from the
@@ -50,7 +54,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import requests
@@ -71,6 +75,12 @@ _EMBED_BATCH = 256
 _PROBE_STOP = ("\n", " ", ".", ",")
 #: positions with top log-probs needed to judge whether a server's echo log-probs are shifted by one token
 _ALIGN_MIN = 16
+#: the text :func:`probe_scoring` scores: a SayCan kitchen step after one of Listing 1's examples, long enough
+#: (more than ``_ALIGN_MIN`` tokens) for the answer to show whether the server's echo log-probs are shifted
+_PROBE_PROMPT = ("Robot: Hi there, I'm a robot operating in an office kitchen.\nHuman: How would you hold the "
+                 "snickers?\nRobot: 1. pick up the snickers, 2. done.\nHuman: How would you bring me a coke can?\n"
+                 "Robot: 1.")
+_PROBE_OPTION = " find a coke can"
 
 
 class LLMServiceError(InfrastructureError):
@@ -457,6 +467,32 @@ class OpenAILanguageModel:
     def close(self) -> None:
         """Stop the request threads (the object is unusable afterwards)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def probe_scoring(model: str, options: OpenAIOptions, needs: Mapping[str, Sequence[str]]) -> None:
+    """Refuse a config whose planners score options (``needs["score"]``: their labels) when the server at
+    ``options.base_url`` cannot: score one option as a planner would (the same echo request with
+    ``logprobs``, the same checks of the answer, the same retries) and raise
+    :class:`~groundplan.core.errors.InvalidInputError` naming the planners, the URL and what the server
+    answered: no echo, no prompt log-probs, or log-probs shifted by one token
+    (:meth:`OpenAILanguageModel._check_alignment`, which the probe's text is long enough for). Nothing is
+    asked in chat mode (refused already by the declared capabilities) or when no planner
+    scores. The probe of ``groundplan.llm.LLM_PROBES`` for this backend, called once per config load
+    (``groundplan.config.probe_llm_needs``), before any episode."""
+    labels = list(needs.get("score") or ())
+    if not labels or not options.capabilities.score:
+        return
+    lm = OpenAILanguageModel(model, **options.model_dump())
+    try:
+        lm.score(_PROBE_PROMPT, [_PROBE_OPTION])
+    except (LLMServiceError, InvalidInputError) as exc:
+        raise InvalidInputError(
+            f"planner(s) {', '.join(map(repr, labels))} score options, which needs {lm.base_url}/completions to "
+            f"echo the prompt with log-probs (echo: true, logprobs: 1), and the one such request sent when the "
+            f"config loaded failed: {exc}") from None
+    finally:
+        lm.close()
+    log.info("%s/completions echoes prompt log-probs: option scoring works", lm.base_url)
 
 
 def option_start(prompt_chars: int, text_chars: int, tokens: Sequence[str], offsets: Sequence[int]) -> int | None:

@@ -94,7 +94,9 @@ class OpenAIOptions(BaseModel):
 
     @property
     def capabilities(self) -> LLMCapabilities:
-        """Completions mode scores (echo + logprobs) and samples; chat mode only samples. Neither can run
-        the token-level beam search (it needs the model's distribution at every step)."""
+        """What each mode can do with a server that implements the API: completions mode scores (echo +
+        logprobs) and samples; chat mode only samples. Neither can run the token-level beam search (it
+        needs the model's distribution at every step). Whether the server at ``base_url`` echoes log-probs
+        is not known from the config: :func:`groundplan.llm.probe_backend` asks it."""
         return LLMCapabilities(score=self.mode == "completions", generate=True, beam_search=False,
                                prompt_logprobs=False)

@@ -13,11 +13,20 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from groundplan.core.truth import OracleDeclaration, Truth
 from groundplan.perception.success_detector import SUCCESS_RADIUS, detect_success
 
 _SUBGOAL = re.compile(r"^\s*(?:the\s+)?(\w+ (?:block|bowl)) is (?:on top of|on|in|inside|into|onto) (?:the )?(.+?)\s*\.?\s*$",
                       re.IGNORECASE)
 _QUOTED = re.compile(r'"([^"]+)"')
+
+#: what a planner that describes progress with :func:`completed` / :func:`describe_progress` reads: the
+#: simulator's true object poses and the scene's objects (IM's simulated scene description is "ground truth
+#: + heuristics", App. A.1), in place of the perception a real robot would describe the scene with
+SCENE_FROM_TRUE_POSES = OracleDeclaration(
+    name="scene from true poses", reads=frozenset({Truth.STATE}), stands_in=True,
+    wording="the true object poses and the scene's objects, checked by the 4 cm success rule, standing in for "
+            "a scene descriptor as in Inner Monologue's simulation (App. A.1: ground truth + heuristics)")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ scorer's statistics; artifacts are ``summary.json``, ``traces.jsonl``, ``config.
 summary table, the camera frames and the HTML report.
 
 A tracking server is a remote dependency that can be down, so it is handled like one: it is checked
-before any model loads (:func:`check_tracking_server`, one request with a short timeout), MLflow's own
+before any model loads (:func:`check_tracking_server`: two requests with a short timeout, which also tell
+an MLflow server from another web server at that address), MLflow's own
 HTTP retries are bounded while a sweep is logged (:func:`bounded_http_retries`; MLflow's defaults retry
 a refused connection for about four minutes), and a failure while logging a finished sweep costs
 the MLflow run, never the traces and summary already on disk: :func:`log_sweep_or_explain` says in one
@@ -110,27 +111,80 @@ def failure_reason(exc: BaseException) -> str:
     return first if len(first) <= 200 else first[:197] + "..."
 
 
+#: the MLflow REST call that tells a tracking server from any other HTTP server: every MLflow tracking server
+#: answers it with a JSON object whose ``experiments`` (absent when there are none) lists experiments
+API_PROBE = "/api/2.0/mlflow/experiments/search"
+
+
 def check_tracking_server(uri: str | None, hint: str = EVAL_HINT, timeout: float = CHECK_TIMEOUT_S) -> None:
-    """Fail at once, naming ``uri``, when it is a tracking server that does not answer; local stores
-    (SQLite, files) pass. One GET of the server's ``/health`` through MLflow's own HTTP client (so its
-    credentials and TLS settings apply), no retries, ``timeout`` seconds: without this check a closed
-    port is found only when the first MLflow call has retried for minutes, after the models loaded or
-    the whole sweep ran. An answer other than a server error (5xx) counts as reachable: what a proxy
-    or an authenticating front end says about ``/health`` is not this check's business."""
+    """Fail at once, naming ``uri``, unless it is a local store (SQLite, files: they pass unasked) or an MLflow
+    tracking server that answers: its ``/health`` says ``OK`` and one MLflow REST call (:data:`API_PROBE`,
+    ``max_results=1``) answers JSON of MLflow's shape. Each request goes through MLflow's own HTTP client (so
+    its credentials and TLS settings apply), with no retries and a ``timeout`` in seconds: without this check
+    a closed port is found only when the first MLflow call has retried for minutes, after the models loaded
+    or the whole sweep ran. Reachable is not enough: a URI that names some other web server (a 404 from a
+    proxy that does not route MLflow, a login or index page answering 200 HTML) would pass a reachability
+    check and fail only when the sweep logs its results, so its answers are checked for MLflow's own."""
     if not is_server_uri(uri):
         return
     from mlflow.utils.credentials import get_default_host_creds
     from mlflow.utils.rest_utils import http_request
 
+    creds = get_default_host_creds(uri)
+    ending = f"point MLFLOW_TRACKING_URI at one that runs, or {hint}"
+    elsewhere = f"point MLFLOW_TRACKING_URI at an MLflow tracking server (e.g. http://host:5000), or {hint}"
+
+    def get(endpoint: str, **params: Any) -> Any:
+        try:
+            return http_request(creds, endpoint, "GET", max_retries=0, backoff_factor=0, timeout=timeout,
+                                raise_on_status=False, params=params or None)
+        except Exception as e:  # MLflow wraps connection errors and timeouts in its own exception
+            raise TrackingServerError(f"the MLflow tracking server {uri} is not reachable ({failure_reason(e)}); start "
+                                      f"it, {ending}") from None
+
+    health = get("/health")
+    if health.status_code >= 500:
+        raise TrackingServerError(f"the MLflow tracking server {uri} is not healthy (HTTP {health.status_code} from "
+                                  f"/health); fix it, {ending}")
+    if health.status_code != 200 or health.text.strip().upper() != "OK":
+        raise TrackingServerError(f"{uri} is not an MLflow tracking server: its /health answered HTTP "
+                                  f"{health.status_code} {_quote(health.text)} where MLflow answers 200 OK; {elsewhere}")
+    api = get(API_PROBE, max_results=1)
+    problem = _not_mlflow_answer(api)
+    if problem:
+        if api.status_code >= 500:
+            raise TrackingServerError(f"the MLflow tracking server {uri} is not healthy ({problem} from {API_PROBE}); "
+                                      f"fix it, {ending}")
+        if api.status_code in (401, 403):
+            raise TrackingServerError(f"the MLflow tracking server {uri} refused the credentials ({problem} from "
+                                      f"{API_PROBE}); set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD or "
+                                      f"MLFLOW_TRACKING_TOKEN, {ending}")
+        raise TrackingServerError(f"{uri} is not an MLflow tracking server: the MLflow call {API_PROBE} answered "
+                                  f"{problem}; {elsewhere}")
+
+
+def _not_mlflow_answer(response: Any) -> str | None:
+    """None when ``response`` is what an MLflow tracking server answers to :data:`API_PROBE`: HTTP 200 and a JSON
+    object with no fields but ``experiments`` (a list of objects with an ``experiment_id``; absent when there
+    are none, as MLflow leaves empty fields out) and ``next_page_token``. Else what it answered, quoted."""
+    what = f"HTTP {response.status_code} {_quote(response.text)}"
+    if response.status_code != 200:
+        return what
     try:
-        response = http_request(get_default_host_creds(uri), "/health", "GET", max_retries=0, backoff_factor=0,
-                                timeout=timeout, raise_on_status=False)
-    except Exception as e:  # MLflow wraps connection errors and timeouts in its own exception
-        raise TrackingServerError(f"the MLflow tracking server {uri} is not reachable ({failure_reason(e)}); start "
-                                  f"it, point MLFLOW_TRACKING_URI at one that runs, or {hint}") from None
-    if response.status_code >= 500:
-        raise TrackingServerError(f"the MLflow tracking server {uri} is not healthy (HTTP {response.status_code} from "
-                                  f"/health); fix it, point MLFLOW_TRACKING_URI at one that runs, or {hint}")
+        data = response.json()
+    except ValueError:
+        return f"{what}, not JSON"
+    experiments = data.get("experiments", []) if isinstance(data, dict) else None
+    if (not isinstance(experiments, list) or set(data) - {"experiments", "next_page_token"}
+            or not all(isinstance(e, dict) and "experiment_id" in e for e in experiments)):
+        return f"{what}, not MLflow's answer (a JSON object listing experiments)"
+    return None
+
+
+def _quote(text: str, limit: int = 120) -> str:
+    """A server's answer on one line, cut to ``limit`` characters, in quotes."""
+    text = " ".join(str(text).split())
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def eval_tracking_uris(cfg: Any, tracking_uri: str | None = None) -> list[str]:

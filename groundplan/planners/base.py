@@ -6,10 +6,11 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
+from groundplan.core.truth import OracleDeclaration, oracle_names, unique
 from groundplan.core.types import Decision, Observation, StepResult, Task
 
 if TYPE_CHECKING:
@@ -25,18 +26,25 @@ def labelled(label: str, oracles: Iterable[str]) -> str:
 
 
 class PlannerOptions(BaseModel):
-    """Base of every planner's typed options (registered with the planner). ``oracles`` declares the
-    ground truth a configuration reads (``task.goal``, ``task.reference_plan``, ``task.metadata``), so the
-    sweep can label it before anything is built; empty for an honest planner. ``llm_needs`` declares what
-    the configuration asks of its language model (names of
+    """Base of every planner's typed options (registered with the planner). ``declarations`` are the
+    :class:`~groundplan.core.truth.OracleDeclaration` s of the simulator truth the configuration's settings
+    turn on (each options class keeps them as class-level constants), so the sweep can label and mark it
+    before anything is built; empty for an honest planner. ``oracles`` are the names its label carries.
+    ``llm_needs`` declares what the configuration asks of its language model (names of
     :class:`~groundplan.llm.base.LLMCapabilities` fields), so a config pairing it with a backend that
     cannot (option scoring on a chat-only server) is refused when it loads."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     @property
-    def oracles(self) -> tuple[str, ...]:
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        """The truth these settings read (none by default)."""
         return ()
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """The names of the oracles among :attr:`declarations` (stand-ins keep the label)."""
+        return oracle_names(self.declarations)
 
     @property
     def llm_needs(self) -> tuple[str, ...]:
@@ -49,6 +57,9 @@ class Planner(ABC):
     name: str = "planner"
     #: decisions per episode the runner allows when the sweep gives no cap (the done decision included)
     max_steps: int = 20
+    #: the grounding source the planner uses (an AffordanceSource or CanPaySource), None for none; its
+    #: declaration is part of the planner's (:attr:`declarations`)
+    affordance: Any = None
 
     @abstractmethod
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
@@ -59,13 +70,20 @@ class Planner(ABC):
         """Choose the next skill given the current observation and the last step's result."""
 
     @property
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        """What this planner reads of the simulator's truth at planning time (the task's goal, reference
+        plan, metadata or start state, the simulator state in its observations), each an
+        :class:`~groundplan.core.truth.OracleDeclaration`; empty when it reads none. It reaches that truth
+        only through :func:`groundplan.core.truth.read`, which refuses what is not declared here. Only a
+        config may turn truth on: its options' declarations and its grounding source's. The default is the
+        source's declaration (``affordance.declaration``); a planner whose options declare more adds them."""
+        return unique([None if self.affordance is None else self.affordance.declaration])
+
+    @property
     def oracles(self) -> tuple[str, ...]:
-        """Ground truth this planner reads at planning time (``task.goal``, ``task.reference_plan`` or
-        ``task.metadata``), by name; empty when it reads none. Only a config option may turn an oracle
-        on, and the display label must then say so: ``labelled(label, planner.oracles)``. The default
-        reports the oracle of the planner's affordance source (its ``oracle`` attribute), if any."""
-        oracle = getattr(getattr(self, "affordance", None), "oracle", None)
-        return (oracle,) if oracle else ()
+        """The names of the oracles among :attr:`declarations`; the display label says them:
+        ``labelled(label, planner.oracles)`` (a stand-in keeps the label; the tables mark it)."""
+        return oracle_names(self.declarations)
 
     @property
     def prompt(self) -> str:

@@ -36,24 +36,39 @@ sub-goals. ``subgoal_fallback=True`` instead hands the planner the task's refere
 ground truth (an oracle), off by default; when on, the planner's label ends in "(oracle sub-goals)"
 (:attr:`InnerMonologuePlanner.oracles`) and each trace records ``info["subgoals_source"] = "task"``.
 
-Ground truth read at planning time, and the option that turns it on (see ``oracles``):
+Simulator truth read at planning time, and the option that turns it on (``InnerMonologueConfig.declarations``,
+each read through :func:`groundplan.core.truth.read`):
 
-* ``subgoal_fallback`` → the task's reference sub-goals (``task.metadata["subgoals"]``), "sub-goals";
+* ``subgoal_fallback`` → the task's reference sub-goals (``task.metadata["subgoals"]``), "sub-goals" (oracle);
 * ``"human"`` feedback → the scripted human answers "are we done / what next" questions from the
-  task's reference sub-goals (IM's human knows the task, Sec. 3.3), "scripted human".
+  task's reference sub-goals and "is X on Y" from the true poses (IM's human knows the task, Sec. 3.3),
+  "scripted human" (oracle);
+* ``"scene"`` feedback → which sub-goals hold, by the success detector on the true object poses, and the
+  scene's object names to parse the goal thought with: IM's simulated scene description ("ground truth +
+  heuristics", App. A.1), a stand-in for a perception module
+  (:data:`~groundplan.perception.scene_description.SCENE_FROM_TRUE_POSES`): the label stays, the tables mark it.
 
-With neither, the planner never touches ``task.goal``, ``task.reference_plan`` or ``task.metadata``.
+The object list ("object" feedback, the first ``Scene:`` line) is the object lister's, a percept
+(:func:`groundplan.core.truth.percept`). With none of the three, the planner never touches ``task.goal``,
+``task.reference_plan``, ``task.metadata`` or the simulator state.
 """
 from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import (
+    DeclaresTruth,
+    OracleDeclaration,
+    Truth,
+    percept,
+    read,
+)
 from groundplan.core.types import (
     CandidateScore,
     Decision,
@@ -70,6 +85,7 @@ from groundplan.grounding.base import AffordanceSource
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.perception.object_lister import describe_objects
 from groundplan.perception.scene_description import (
+    SCENE_FROM_TRUE_POSES,
     SubGoal,
     completed,
     describe_progress,
@@ -118,11 +134,24 @@ class InnerMonologueConfig(PlannerOptions):
                                           "containing the key (case-insensitive) gets the value; checked first.")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
 
+    #: ``subgoal_fallback``: the task's reference sub-goals
+    SUBGOALS: ClassVar[OracleDeclaration] = OracleDeclaration(
+        name="sub-goals", reads=frozenset({Truth.METADATA}),
+        wording="the task's reference sub-goals when the generated goal state does not parse (subgoal_fallback)")
+    #: "human" feedback: the scripted human (:class:`ScriptedHuman`)
+    SCRIPTED_HUMAN: ClassVar[OracleDeclaration] = OracleDeclaration(
+        name="scripted human", reads=frozenset({Truth.METADATA, Truth.STATE}),
+        wording="a scripted human answering from the task's reference sub-goals and the true object poses "
+                "(Inner Monologue Sec. 3.3's human, who knows the task)")
+    #: "scene" feedback: progress on the sub-goals from the true poses (IM's simulated scene description)
+    SCENE: ClassVar[OracleDeclaration] = SCENE_FROM_TRUE_POSES
+
     @property
-    def oracles(self) -> tuple[str, ...]:
-        """The reference sub-goals (``subgoal_fallback``) and the scripted human, who answers from the task."""
-        return tuple(name for name, on in (("sub-goals", self.subgoal_fallback), ("scripted human", "human" in self.feedback))
-                     if on)
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        """The scene description from the true poses ("scene", a stand-in), the reference sub-goals
+        (``subgoal_fallback``) and the scripted human, who answers from the task and the true poses."""
+        return tuple(d for d, on in ((self.SCENE, "scene" in self.feedback), (self.SUBGOALS, self.subgoal_fallback),
+                                     (self.SCRIPTED_HUMAN, "human" in self.feedback)) if on)
 
     @property
     def llm_needs(self) -> tuple[str, ...]:
@@ -223,7 +252,7 @@ def filter_examples(text: str, feedback: Sequence[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------ the human
-class ScriptedHuman:
+class ScriptedHuman(DeclaresTruth):
     """Answers the planner's questions from the true state (an oracle "human" / VQA, IM Sec. 3.3):
 
     * "Is the <x> on/in the <y>?" → "Yes." / "No." by the success detector;
@@ -231,9 +260,11 @@ class ScriptedHuman:
     * which/what/where/how/next questions → the first unsatisfied reference sub-goal as an action;
     * anything else → "I don't know."; ``answers`` (substring → answer) are checked first.
 
-    It is an oracle (the planner reports "scripted human" in ``oracles``); the task's sub-goals are read
-    only when a question needs them.
+    It is an oracle (``InnerMonologueConfig.SCRIPTED_HUMAN``, which the planner declares with "human"
+    feedback); the task's sub-goals are read only when a question needs them, through the gate.
     """
+
+    declaration = InnerMonologueConfig.SCRIPTED_HUMAN
 
     def __init__(self, task: Task, answers: Mapping[str, str] | None = None) -> None:
         self.task = task
@@ -242,7 +273,7 @@ class ScriptedHuman:
 
     def _reference(self) -> list[SubGoal]:
         out = []
-        for text in (self.task.metadata or {}).get("subgoals", []):
+        for text in (read(self.task, Truth.METADATA, self) or {}).get("subgoals", []):
             sg = parse_subgoal(text)
             if sg is not None:
                 out.append(sg)
@@ -258,7 +289,7 @@ class ScriptedHuman:
         for key, value in self.answers.items():
             if key in q:
                 return value
-        state = observation.state
+        state = read(observation, Truth.STATE, self)
         positions = dict(getattr(state, "positions", {}) or {})
         locations = dict(getattr(state, "locations", {}) or {})
         m = re.search(r"is the (\w+ block) (?:on top of|on|in|inside) the ([\w ]+?)\s*\??$", q)
@@ -300,9 +331,10 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
         self.name = labelled(self.name, self.oracles)
 
     @property
-    def oracles(self) -> tuple[str, ...]:
-        """Ground truth this configuration reads (see the module docstring); empty by default."""
-        return self.config.oracles
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        """Simulator truth this configuration reads (see the module docstring): with the default feedback
+        the scene description's true poses (a stand-in), no oracle."""
+        return self.config.declarations
 
     @property
     def prompt(self) -> str:
@@ -319,7 +351,7 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self._task = task
-        detected = list(getattr(observation.state, "detected", []) or [])
+        detected = list(percept(observation, "detected") or [])
         self._prompt = f"{self._few_shot}Scene: {describe_objects(detected)}\nHuman: {instruction}\n"
         self._subgoals, self._subgoal_source = [], ""
         self._human = ScriptedHuman(task, self.config.human_answers) if "human" in self.feedback else None
@@ -334,7 +366,8 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
         self._prompt += text
 
     def _known_names(self, observation: Observation) -> list[str]:
-        s = observation.state
+        """The scene's object and location names (simulator state: "scene" feedback declares it)."""
+        s = read(observation, Truth.STATE, self)
         return list(getattr(s, "blocks", []) or []) + list(getattr(s, "bowls", []) or []) + \
             list((getattr(s, "locations", {}) or {}).keys())
 
@@ -342,7 +375,7 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
         self._subgoals = parse_goal_state(thought, self._known_names(observation))
         self._subgoal_source = "generated"
         if not self._subgoals and self.config.subgoal_fallback and self._task is not None:
-            refs = [parse_subgoal(t) for t in (self._task.metadata or {}).get("subgoals", [])]
+            refs = [parse_subgoal(t) for t in (read(self._task, Truth.METADATA, self) or {}).get("subgoals", [])]
             self._subgoals = [sg for sg in refs if sg is not None]
             self._subgoal_source = "task"
 
@@ -350,7 +383,6 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
         self._check_running()
         start = len(self._prompt)
         info: dict[str, Any] = {"feedback": []}
-        state = observation.state
         if not self._history:  # the first decision (done ends the episode, so none follows it)
             if "scene" in self.feedback:
                 self._append("Robot thought:")
@@ -367,8 +399,9 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
             if "success" in self.feedback and last is not None:
                 lines.append(f"Successful action: {bool(last.success)}")
             if "object" in self.feedback:
-                lines.append(f"Scene: {describe_objects(list(getattr(state, 'detected', []) or []))}")
+                lines.append(f"Scene: {describe_objects(list(percept(observation, 'detected') or []))}")
             if "scene" in self.feedback:
+                state = read(observation, Truth.STATE, self)  # the true poses: SCENE_FROM_TRUE_POSES
                 lines.append("Scene: " + describe_progress(self._subgoals, getattr(state, "positions", {}) or {},
                                                             getattr(state, "locations", {}) or {}))
             for ln in lines:

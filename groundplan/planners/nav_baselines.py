@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
+from groundplan.core.truth import OracleDeclaration, Truth, read
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
 from groundplan.planners.base import PlannerOptions, labelled
@@ -74,9 +75,16 @@ class OracleConfig(PlannerOptions):
     max_steps: int = Field(40, ge=1, description="decision cap per episode")
     found_radius: float = Field(2.5, gt=0, description="a target counts as found when detected within this distance")
 
+    #: the paper's privileged baseline: the targets' true positions (the house's objects by the task's
+    #: target ids, the house rebuilt from the task's metadata) and the order of the shortest tour
+    TARGET_POSITIONS: ClassVar[OracleDeclaration] = OracleDeclaration(
+        name="target positions", reads=frozenset({Truth.GOAL, Truth.METADATA}),
+        wording="the targets' ground-truth positions and the shortest-tour order (SayNav Sec. 4.4's privileged "
+                "baseline)")
+
     @property
-    def oracles(self) -> tuple[str, ...]:
-        return ("target positions",)
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        return (self.TARGET_POSITIONS,)
 
 
 class OraclePlanner(GeneratorPlanner):
@@ -91,8 +99,8 @@ class OraclePlanner(GeneratorPlanner):
         self.name = labelled(self.name, self.oracles)
 
     @property
-    def oracles(self) -> tuple[str, ...]:
-        return self.config.oracles
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        return self.config.declarations
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         super().reset(task, observation, seed)
@@ -100,10 +108,10 @@ class OraclePlanner(GeneratorPlanner):
         from groundplan.envs.house.env import cached_house
         from groundplan.envs.house.metrics import shortest_tour
 
-        meta = task.metadata
+        meta = read(task, Truth.METADATA, self)
         house = cached_house(int(meta["house_seed"]), int(meta["min_rooms"]), int(meta["max_rooms"]))
         objs = {o.obj_id: o for o in house.objects}
-        targets = [objs[t] for t in task.goal["target_ids"]]
+        targets = [objs[t] for t in read(task, Truth.GOAL, self)["target_ids"]]
         tour = shortest_tour(house, self.pose, targets, self.config.found_radius)
         pos = {t.category: t.position for t in targets}
         self._order = [(c, pos[c]) for c in tour.order]

@@ -5,7 +5,9 @@ it as a Python generator keeps the program readable: it ``yield``s each skill as
 :class:`~groundplan.core.types.Decision` and receives the next observation, while the episode runner
 still drives it one decision at a time through :meth:`Planner.next_step`. Every observation updates
 the planner's own :class:`~groundplan.perception.scene_graph.SceneGraph` (no ground truth) and the set
-of targets it believes found.
+of targets it believes found. The house env's observation state is what the robot perceives (pose, room,
+egocentric detections, the step budget: :data:`groundplan.core.truth.PERCEPTS`), read through
+:func:`~groundplan.core.truth.percept`; nothing else of it.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import math
 from typing import Any, Generator
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import percept, percepts
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.envs.house.env import parse_targets
 from groundplan.perception.scene_graph import DoorNode, RoomNode, SceneGraph
@@ -55,7 +58,7 @@ class GeneratorPlanner(Planner):
         self.log = []
         mode = self.graph_mode
         if mode == "auto":  # ids in detections mean the env runs in GT perception
-            dets = (observation.state or {}).get("detections", [])
+            dets = percept(observation, "detections") or []
             mode = "noisy" if dets and all(d.get("obj_id") is None for d in dets) else "gt"
         self.graph = SceneGraph(mode=mode)
         self.seed = seed
@@ -86,7 +89,7 @@ class GeneratorPlanner(Planner):
     # ------------------------------------------------------------------ helpers for programs
     def _absorb(self, observation: Observation) -> None:
         self.obs = observation
-        state = observation.state or {}
+        state = percepts(observation, ("pose", "room", "detections"))
         self.graph.update(state)
         room = state.get("room")
         rid = None if room is None else int(room["id"])
@@ -109,12 +112,12 @@ class GeneratorPlanner(Planner):
 
     @property
     def pose(self) -> tuple[float, float]:
-        p = (self.obs.state or {}).get("pose", [0.0, 0.0, 0.0]) if self.obs else [0.0, 0.0, 0.0]
+        p = (percept(self.obs, "pose") or [0.0, 0.0, 0.0]) if self.obs else [0.0, 0.0, 0.0]
         return (float(p[0]), float(p[1]))
 
     @property
     def out_of_steps(self) -> bool:
-        return bool((self.obs.state or {}).get("out_of_steps")) if self.obs else False
+        return bool(percept(self.obs, "out_of_steps")) if self.obs else False
 
     def act(self, skill: str, **info: Any) -> Decision:
         return Decision(skill=skill, done=False, info=dict(info))

@@ -51,7 +51,8 @@ Decoding strategies (Sec. 4, 5.1, 5.2; Fig. 2):
 Perfect-Say ablation (``perfect_say``, oracle): the LM is replaced by the expert's next action (from
 ``task.reference_plan``) plus ``num_distractors`` random admissible actions, each with p_say = 1/(1+d),
 so Can and Pay alone decide; it reads ground truth, so it needs ``oracle: true``, and the planner declares
-it in ``oracles`` ("expert plan", as it does an oracle grounding source's), which its label carries.
+it (``SayCanPayConfig.PERFECT_SAY``, "expert plan", as it does an oracle grounding source's), which its label
+carries.
 
 Every candidate of a step goes into the trace as a ``CandidateScore`` (llm = log p_say,
 affordance = p_can, combined = the decoding score) with ``extra`` = {say, can, pay, acc, texts, ...};
@@ -63,22 +64,24 @@ import logging
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth, read, unique
 from groundplan.core.types import CandidateScore, Decision, Observation, StepResult, Task
 from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, validate_instruction
 from groundplan.envs.base import ActionModel, listed_actions
 from groundplan.grounding.base import CanPaySource
+from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, prompt_lineage
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions, labelled
 
 logger = logging.getLogger(__name__)
 
 
-class SayCanPayConfig(PlannerOptions):
+class SayCanPayConfig(PlannerOptions, PromptExamples):
     """Options of the ``saycanpay`` planner (defaults: Table 7 and the authors' code)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -116,10 +119,22 @@ class SayCanPayConfig(PlannerOptions):
         load_prompt(value)
         return value
 
+    def prompt_lineage(self) -> Lineage:
+        """The tasks the prompt's few-shot examples show (they count as train: App. A.1)."""
+        from groundplan.planners.saycan import load_prompt
+
+        return prompt_lineage(f"prompt {self.prompt}", load_prompt(self.prompt))
+
+    #: Perfect-Say's candidates come from the task's reference plan (the expert's)
+    PERFECT_SAY: ClassVar[OracleDeclaration] = OracleDeclaration(
+        name="expert plan", reads=frozenset({Truth.REFERENCE_PLAN}),
+        wording="the expert's next action from the task's reference plan among the candidates, with random "
+                "distractors (SayCanPay's Perfect-Say ablation)")
+
     @property
-    def oracles(self) -> tuple[str, ...]:
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
         """Perfect-Say reads the expert plan: the label says so."""
-        return ("expert plan",) if self.perfect_say else ()
+        return (self.PERFECT_SAY,) if self.perfect_say else ()
 
     @property
     def llm_needs(self) -> tuple[str, ...]:
@@ -210,9 +225,9 @@ class SayCanPayPlanner(EpisodeProgress, Planner):
                                     "(affordance: saycanpay_learned or saycanpay_oracle)")
         if c.perfect_say and c.decoding == "greedy_token":
             raise InvalidInputError("perfect_say replaces candidate proposals; Greedy-Token has none")
-        source_oracle = getattr(affordance, "oracle", None)
-        if source_oracle and not c.oracle:
-            raise InvalidInputError(f"the grounding source reads ground truth ({source_oracle}): set oracle: true "
+        source = None if affordance is None else affordance.declaration
+        if source is not None and source.is_oracle and not c.oracle:
+            raise InvalidInputError(f"the grounding source reads ground truth ({source.name}): set oracle: true "
                                     "and label the row oracle")
         self.lm = lm
         self.affordance = affordance
@@ -230,10 +245,10 @@ class SayCanPayPlanner(EpisodeProgress, Planner):
         self.name = labelled(self.name, self.oracles)
 
     @property
-    def oracles(self) -> tuple[str, ...]:
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
         """The config's (Perfect-Say reads the expert plan) and the grounding source's (e.g. the
         simulator's feasibility), each once."""
-        return tuple(dict.fromkeys([*self.config.oracles, *super().oracles]))
+        return unique([*self.config.declarations, *super().declarations])
 
     @property
     def max_steps(self) -> int:
@@ -296,7 +311,7 @@ class SayCanPayPlanner(EpisodeProgress, Planner):
         return list(merged.values())
 
     def _perfect_say(self, history: Sequence[str], actions: Sequence[str]) -> list[Candidate]:
-        ref = list(self._task.reference_plan or ()) if self._task else []
+        ref = list(read(self._task, Truth.REFERENCE_PLAN, self) or ()) if self._task else []
         expert = ref[len(history)] if len(history) < len(ref) else self.config.done_skill
         others = [a for a in actions if a != expert]
         picks = [expert] + self._rng.sample(others, min(self.config.num_distractors, len(others)))

@@ -77,6 +77,7 @@ def run_episode(
         seed=seed,
         llm=llm_name,
         config_hash=config_hash,
+        oracles=[d.to_dict() for d in planner.declarations],  # what the tables mark the row with
     )
     start = time.perf_counter()
     error: str | None = None

@@ -109,4 +109,15 @@ def failed_trace(spec: EpisodeSpec, env_name: str, llm_name: str, config_hash: s
         episode_id=spec.episode_id, planner=spec.planner.display, env=env_name, task_id=spec.task.task_id,
         family=spec.task.family, instruction=spec.task.instruction, seed=spec.seed, llm=llm_name,
         config_hash=config_hash, execution_success=False, plan_success=None, error=error,
+        oracles=_declared(spec.planner),
     )
+
+
+def _declared(planner: PlannerSpec) -> list[dict[str, Any]] | None:
+    """The planner spec's declarations as a trace records them; None (not recorded, the tables then read
+    the config) when they cannot be had, e.g. its grounding source's package is missing."""
+    try:
+        return [d.to_dict() for d in planner.declarations]
+    except Exception as exc:
+        logger.warning("the declarations of planner %s are not recorded: %s", planner.label or planner.name, exc)
+        return None

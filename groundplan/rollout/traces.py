@@ -54,6 +54,10 @@ class EpisodeTrace:
     metrics: dict[str, float] = field(default_factory=dict)  # env-specific, e.g. executability, LCS
     error: str | None = None
     wall_s: float = 0.0
+    #: what the planner declared it reads of the simulator's truth (``OracleDeclaration.to_dict`` each,
+    #: :mod:`groundplan.core.truth`), from which tables print their marks; [] for a planner that reads none,
+    #: None in a trace written before traces recorded it (tables then take its config's declarations)
+    oracles: list[dict[str, Any]] | None = None
 
     @property
     def plan(self) -> list[str]:

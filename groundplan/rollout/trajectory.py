@@ -21,9 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from groundplan.core.errors import InfrastructureError
+from groundplan.core.truth import OracleDeclaration
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.envs.base import ActionModel, Env, listed_actions
-from groundplan.envs.experts import Expert
+from groundplan.envs.experts import ANY_EXPERT, Expert
 from groundplan.planners.base import EpisodeProgress, Planner
 from groundplan.rollout.episode import run_episode
 from groundplan.rollout.traces import EpisodeTrace
@@ -36,19 +37,22 @@ class EpisodeFailed(RuntimeError):
 
 class ExpertPlanner(EpisodeProgress, Planner):
     """An expert oracle as a :class:`Planner`, so the episode loop plays it: each decision is the expert's
-    ``act``, and the env's done skill ends the episode."""
+    ``act``, and the env's done skill ends the episode. ``declaration`` is what the expert reads (its entry
+    in :data:`~groundplan.envs.experts.EXPERT_DECLARATIONS`; default: any of the task's truth and the
+    simulator's): the expert reads it directly, as the simulator side, and the planner reports it."""
 
-    def __init__(self, expert: Expert, done_skill: str) -> None:
+    def __init__(self, expert: Expert, done_skill: str, declaration: OracleDeclaration = ANY_EXPERT) -> None:
         self.expert = expert
         self.done_skill = done_skill
+        self.declaration = declaration
         self.name = expert.name
         self._task: Task | None = None
         self._history: list[str] = []
 
     @property
-    def oracles(self) -> tuple[str, ...]:
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
         """An expert reads the simulator and the task's goal or reference plan: it is an oracle."""
-        return ("expert",)
+        return (self.declaration,)
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         self._task = task
@@ -97,8 +101,8 @@ class TrajectoryRecorder(Planner):
         return None
 
     @property
-    def oracles(self) -> tuple[str, ...]:
-        return self.planner.oracles
+    def declarations(self) -> tuple[OracleDeclaration, ...]:
+        return self.planner.declarations
 
     @property
     def prompt(self) -> str:

@@ -1,19 +1,24 @@
 """The HTTP API: one FastAPI app over a :class:`Backend` (Ray Serve handles in production, the plain
 services in-process in tests), so the routes, limits, auth and error mapping exist once.
 
-Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields), the
-services check the configured limits (400), sessions answer 404/409/410/429, bodies over
-``limits.max_body_bytes`` get 413 (by Content-Length, or once a chunked body passes it) before they are
-parsed. A replica that died mid-request, or a model server behind it that kept failing, gives 503 with
-``Retry-After`` (the request had no effect; send it again). The OpenAI-compatible routes
-(``/v1/completions``, ``/v1/models``) are added by :mod:`groundplan.serve.openai_api` under the same rules. Nothing from a request or from the LLM is evaluated: text only ever goes to the tokenizer,
-string comparison and JSON.
+Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields, a
+``start_state`` that does not fit its env's ``start_state_schema`` included), the services check the
+configured limits (400), sessions answer 404/409/410/429, bodies over ``limits.max_body_bytes`` get 413
+(by Content-Length, or once a chunked body passes it) before they are parsed. Every status a route can
+answer is declared in the OpenAPI schema with its body (:data:`_ERRORS`), which the Schemathesis runs of
+``tests/test_serve_schema.py`` hold the app to. A replica that died mid-request, or a model server behind
+it that kept failing, gives 503 with ``Retry-After`` (the request had no effect; send it again). The
+OpenAI-compatible routes (``/v1/completions``, ``/v1/models``) are added by
+:mod:`groundplan.serve.openai_api` under the same rules. Nothing from a request or from the LLM is
+evaluated: text only ever goes to the tokenizer, string comparison and JSON.
 """
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
+import re
 from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Request
@@ -22,6 +27,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from groundplan.core.errors import GroundplanError, InfrastructureError, InvalidInputError, UnknownNameError
+from groundplan.envs import ENVS
+from groundplan.envs.base import Env, StartStateError
 from groundplan.llm.base import PromptLogprobs
 from groundplan.serve import schemas as S
 from groundplan.serve.config import ServeConfig
@@ -55,6 +62,9 @@ _STATUS: list[tuple[type[Exception], int]] = [
 ]
 
 _ERRORS = {code: {"model": S.ErrorOut} for code in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503)}
+#: what any route may answer before its handler runs: the body limit's 413 and its 400 for a malformed
+#: Content-Length (:class:`BodyLimit`), and 422 for a request the route cannot parse
+_ANY_ROUTE = {code: {"model": S.ErrorOut} for code in (400, 413, 422)}
 
 
 def status_of(exc: Exception) -> int | None:
@@ -70,20 +80,33 @@ class BodyLimit:
 
     The body is read here, up to the limit, before the app sees any of it, then handed on whole:
     FastAPI turns any error raised while it reads a body into a 400 "error parsing the body", so the
-    limit cannot be enforced from inside its read. At most ``limit`` bytes are ever held."""
+    limit cannot be enforced from inside its read. At most ``limit`` bytes are ever held.
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+    A whole body is also refused (422) when its JSON escapes a lone UTF-16 surrogate (``"\\ud800"``), text
+    no UTF-8 response can carry: pydantic lets such a string through inside lists and unions, and fails
+    with ``UnicodeEncodeError`` (a 500) on one used as a key, or when a response echoes it. It is looked for
+    only in bodies whose bytes hold a surrogate escape at all, so other requests pay one byte search.
+
+    A body over the limit is read on and thrown away, up to ``drain`` bytes, before the 413 is sent.
+    Many clients (Python's ``urllib``, most HTTP/1.1 libraries without ``Expect: 100-continue``) send the
+    whole body before they read any answer; a server that answers and closes while body bytes are still
+    arriving makes the kernel reset the connection, and such a client sees ``ConnectionResetError``
+    instead of the 413. Draining costs reading, never holding, the bytes. A body longer than ``drain``
+    (declared, or sent) gets the 413 at once with ``Connection: close``: bounding what a client can make the
+    server read matters more than how it learns of the refusal."""
+
+    def __init__(self, app: Any, limit: int, drain: int = 0) -> None:
+        self.app, self.limit, self.drain = app, limit, max(drain, limit)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and not declared.strip().isdigit():
-            return await JSONResponse({"detail": f"invalid Content-Length {declared[:32]!r}"},
-                                      status_code=400)(scope, receive, send)
+            return await _error(400, f"invalid Content-Length {declared[:32]!r}", close=True)(scope, receive, send)
         if declared is not None and int(declared) > self.limit:
-            return await self._too_big(scope, receive, send)
+            drained = int(declared) <= self.drain and await self._discard(receive, 0)
+            return await self._too_big(scope, receive, send, drained)
         chunks: list[bytes] = []
         seen = 0
         while True:
@@ -93,20 +116,76 @@ class BodyLimit:
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > self.limit:
-                return await self._too_big(scope, receive, send)
+                chunks.clear()
+                drained = not message.get("more_body", False) or await self._discard(receive, seen)
+                return await self._too_big(scope, receive, send, drained)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+        body = b"".join(chunks)
+        bad = _lone_surrogate(body)
+        if bad is not None:
+            return await _error(422, f"invalid request: {bad} holds a lone surrogate (U+D800-U+DFFF): not valid "
+                                     "Unicode text")(scope, receive, send)
+        pending = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay() -> dict:
             return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
 
-    async def _too_big(self, scope: dict, receive: Any, send: Any) -> None:
-        await JSONResponse({"detail": f"request body over {self.limit} bytes (limits.max_body_bytes)"},
-                           status_code=413)(scope, receive, send)
+    async def _discard(self, receive: Any, seen: int) -> bool:
+        """Read the rest of the body and throw it away; False when it runs past ``drain`` bytes in all
+        (or the client left), so the connection is to be closed."""
+        while seen <= self.drain:
+            message = await receive()
+            if message["type"] != "http.request":
+                return False
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return seen <= self.drain
+        return False
+
+    async def _too_big(self, scope: dict, receive: Any, send: Any, drained: bool) -> None:
+        await _error(413, f"request body over {self.limit} bytes (limits.max_body_bytes)",
+                     close=not drained)(scope, receive, send)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(body: bytes) -> str | None:
+    """Where a JSON body's text holds a lone surrogate (``"skills.1"``, ``"body"`` for the whole), or None
+    (also for a body that is not JSON: parsing it is the route's business)."""
+    if not _SURROGATE_ESCAPE.search(body):
+        return None
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]  # iterative: deep nesting must not exhaust the stack
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return ".".join(str(p).encode("utf-8", "backslashreplace").decode() for p in path) or "body"
+        elif isinstance(node, dict):
+            stack.extend(((*path, k), k) for k in node)
+            stack.extend(((*path, k), v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(node))
+    return None
+
+
+def _error(code: int, detail: str, close: bool = False, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer, ``{"detail": ...}``. The detail may quote the request (a field name, a value), which
+    may hold a lone surrogate no UTF-8 response can carry: such characters are written as ``\\udXXX``
+    escapes, so a message never turns a 4xx into a 500."""
+    text = detail.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse({"detail": text}, status_code=code,
+                        headers={**(headers or {}), **({"Connection": "close"} if close else {})} or None)
 
 
 def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None,
@@ -114,6 +193,8 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     """The app. ``token`` (tests) or else the environment variable named by ``config.token_env``, read at
     each request in the serving process (the ingress replica), never from the config file."""
     fixed_token = token
+    envs: dict[str, type[Env]] = {e.name: ENVS.get(e.name) for e in config.envs}
+    plan_request = S.plan_request_model([cls.start_state_schema for cls in envs.values() if cls.start_state_schema])
     app = FastAPI(title="groundplan", version="1",
                   description="Grounded LLM planning as a service: score options, run episodes, closed-loop sessions.")
     bearer = HTTPBearer(auto_error=False)
@@ -131,7 +212,7 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
 
     @app.exception_handler(_HTTP)
     async def _http(_: Request, exc: _HTTP) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.code, headers=exc.headers)
+        return _error(exc.code, exc.detail, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -142,16 +223,26 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
                 parts.append(f"malformed JSON at character {pos}: {err.get('ctx', {}).get('error', err.get('msg'))}")
                 continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-            parts.append(f"{where}: {err.get('msg')}")
-        return JSONResponse({"detail": "invalid request: " + "; ".join(parts)}, status_code=422)
+            parts.append(f"{where}: {str(err.get('msg')).removeprefix('Value error, ')}")
+        return _error(422, "invalid request: " + "; ".join(parts))
+
+    def check_start_state(env: str, data: Any) -> None:
+        """The request's start state against its env's :attr:`Env.start_state_schema`, before any env is
+        built or the backend called: a 422 naming each bad field, as for any other malformed field."""
+        try:
+            envs[env].check_start_state(data)
+        except StartStateError as exc:
+            raise RequestValidationError([{"type": "start_state", "msg": msg,
+                                           "loc": ("body", "start_state", *(field.split(".") if field else ()))}
+                                          for _, field, msg in exc.errors]) from None
 
     @app.exception_handler(GroundplanError)
     async def _known(_: Request, exc: GroundplanError) -> JSONResponse:
         code = status_of(exc) or 400
         headers = {"Retry-After": "1"} if code == 503 else None
-        return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
+        return _error(code, str(exc), headers=headers)
 
-    @app.get("/v1/healthz", response_model=S.Health, tags=["meta"])
+    @app.get("/v1/healthz", response_model=S.Health, responses=_ANY_ROUTE, tags=["meta"])
     async def healthz() -> S.Health:
         return S.Health(status="ok")
 
@@ -171,10 +262,10 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     def label(name: str | None) -> str:
         return config.planner_spec(name or config.planners[0].display).display
 
-    @app.post("/v1/plan", response_model=S.PlanResponse, dependencies=secured, responses=_ERRORS, tags=["plan"])
     async def plan(req: S.PlanRequest) -> dict[str, Any]:
         """Run a whole episode in the simulator and return its trace."""
         config.env_spec(req.env)
+        check_start_state(req.env, req.start_state)
         trace = await backend.plan(label(req.planner), req.model_dump())
         steps = [{k: s[k] for k in ("index", "chosen", "done", "success", "feedback", "prompt_delta")}
                  | {"candidates": [{k: c[k] for k in ("skill", "llm", "affordance", "combined")} for c in s["candidates"]]}
@@ -182,6 +273,11 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
         return {**{k: trace[k] for k in ("episode_id", "planner", "env", "instruction", "terminated", "execution_success",
                                          "plan_success", "goal_details", "error", "wall_s")},
                 "steps": steps, "plan": [s["chosen"] for s in trace["steps"] if not s["done"]], "trace": trace}
+
+    # the request model is this app's (its start_state documents the served envs' schemas), so the route is
+    # added once the annotation names it rather than by the decorator
+    plan.__annotations__["req"] = plan_request
+    app.post("/v1/plan", response_model=S.PlanResponse, dependencies=secured, responses=_ERRORS, tags=["plan"])(plan)
 
     @app.post("/v1/sessions", response_model=S.SessionInfo, status_code=201, dependencies=secured,
               responses=_ERRORS, tags=["sessions"])
@@ -205,8 +301,8 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     from groundplan.serve.openai_api import mount_openai
 
     mount_openai(app, config, backend, secured, _ERRORS, llm_name)
-    _mount_viewer(app, config, secured)
-    app.add_middleware(BodyLimit, limit=config.limits.max_body_bytes)
+    _mount_viewer(app, config, secured, _ERRORS)
+    app.add_middleware(BodyLimit, limit=config.limits.max_body_bytes, drain=config.limits.max_drain_bytes)
     return app
 
 
@@ -222,9 +318,28 @@ class _HTTP(Exception):
         self.code, self.detail, self.headers = code, detail, headers
 
 
-def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any]) -> None:
+def _json_body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_OBJECT: dict[str, Any] = {"type": "object"}
+#: the viewer's data, as :class:`~groundplan.viewer.data.ViewerData` builds it (traces as in traces.jsonl)
+_VIEWER_RUNS = _json_body({"type": "array", "items": {
+    "type": "object", "required": ["name", "has_summary"],
+    "properties": {"name": {"type": "string"}, "has_summary": {"type": "boolean"}}}}, "the sweeps under viewer_dir")
+_VIEWER_RUN = _json_body({"type": "object", "required": ["name", "traces", "summary", "table"], "properties": {
+    "name": {"type": "string"}, "traces": {"type": "array", "items": _OBJECT},
+    "summary": {"anyOf": [_OBJECT, {"type": "null"}]}, "table": {"type": "array", "items": _OBJECT}}},
+    "one sweep: its traces, summary and table")
+_VIEWER_COMPARE = _json_body({"type": "object", "required": ["run_a", "run_b"], "properties": {
+    "run_a": {"type": "string"}, "run_b": {"type": "string"}}}, "two sweeps compared on their shared episodes")
+_PNG = {"description": "a camera frame", "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any], errors: dict[int, Any]) -> None:
     """The trace viewer at ``/``: the static page is public (it holds no data); its data routes are
-    behind the token like every other endpoint (the page sends the token it is given in ``#token=``)."""
+    behind the token like every other endpoint (the page sends the token it is given in ``#token=``), and
+    are in the OpenAPI schema with what they answer, so they are fuzzed like the rest."""
     from groundplan.viewer import STATIC
     from groundplan.viewer.data import ViewerData
 
@@ -243,18 +358,20 @@ def _mount_viewer(app: FastAPI, config: ServeConfig, secured: list[Any]) -> None
             raise NotFoundError("this server has no viewer_dir")
         return data
 
-    @app.get("/viewer/api/runs", include_in_schema=False, dependencies=secured)
+    @app.get("/viewer/api/runs", dependencies=secured, responses={200: _VIEWER_RUNS, **errors}, tags=["viewer"])
     async def runs() -> JSONResponse:
         return JSONResponse(need().runs())
 
-    @app.get("/viewer/api/runs/{run}", include_in_schema=False, dependencies=secured)
+    @app.get("/viewer/api/runs/{run}", dependencies=secured, responses={200: _VIEWER_RUN, **errors}, tags=["viewer"])
     async def run(run: str) -> Response:
         return Response(need().run_json(run), media_type="application/json")
 
-    @app.get("/viewer/api/compare/{run_a}/{run_b}", include_in_schema=False, dependencies=secured)
+    @app.get("/viewer/api/compare/{run_a}/{run_b}", dependencies=secured, responses={200: _VIEWER_COMPARE, **errors},
+             tags=["viewer"])
     async def compare(run_a: str, run_b: str) -> Response:
         return Response(need().compare_json(run_a, run_b), media_type="application/json")
 
-    @app.get("/viewer/frames/{run}/{sid}/{name}", include_in_schema=False, dependencies=secured)
+    @app.get("/viewer/frames/{run}/{sid}/{name}", dependencies=secured, responses={200: _PNG, **errors},
+             response_class=FileResponse, tags=["viewer"])
     async def frame(run: str, sid: str, name: str) -> FileResponse:
         return FileResponse(need().frame_path(run, sid, name), media_type="image/png")

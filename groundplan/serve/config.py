@@ -87,6 +87,10 @@ class Limits(_Strict):
     """Bounds on what one caller can ask for; beyond them a request gets a 4xx with a message."""
 
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body accepted (413 beyond)")
+    max_drain_bytes: int = Field(16 * 2**20, ge=0, description="a body over max_body_bytes is still read and thrown "
+                                 "away up to this many bytes before the 413, so a client that sends its whole body "
+                                 "before reading the answer gets the 413, not a connection reset; a longer body gets "
+                                 "the 413 at once and the connection is closed")
     max_options: int = Field(64, ge=1, description="options per /v1/score request, prompts per /v1/completions request")
     max_option_chars: int = Field(300, ge=1, description="characters per option")
     max_prompt_chars: int = Field(8000, ge=1, description="characters per /v1/score prompt (a /v1/completions prompt, "

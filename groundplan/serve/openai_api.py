@@ -33,6 +33,7 @@ from groundplan.llm import backend_capabilities
 from groundplan.llm.base import PromptLogprobs
 from groundplan.llm.openai_backend import option_start
 from groundplan.serve.config import ServeConfig
+from groundplan.serve.schemas import json_int
 
 #: most alternatives per position (the OpenAI API's limit for ``logprobs``)
 MAX_LOGPROBS = 5
@@ -42,27 +43,28 @@ _STARTED = int(time.time())
 class CompletionRequest(BaseModel):
     """The OpenAI completions request (the fields groundplan implements; an unknown one is a 422)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as the API's own requests (schemas._Req)
 
     model: str = Field(..., max_length=200, description="the served model (GET /v1/models)")
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(
+    prompt: str | list[str] | list[json_int()] | list[list[json_int()]] = Field(
         ..., description="a text, a list of texts, token ids, or a list of token-id lists")
-    max_tokens: int | None = Field(16, ge=0, description="tokens to sample after each prompt (0: none, with echo: "
+    max_tokens: json_int(ge=0) | None = Field(16, description="tokens to sample after each prompt (0: none, with echo: "
                                    "score the prompt only)")
     temperature: float | None = Field(1.0, ge=0, le=2, description="0: greedy")
     top_p: float | None = Field(1.0, gt=0, le=1)
-    n: int | None = Field(1, ge=1, le=128, description="samples per prompt")
+    n: json_int(ge=1, le=128) | None = Field(1, description="samples per prompt")
     stream: bool | None = Field(False, description="not supported (400 when true)")
-    logprobs: int | None = Field(None, ge=0, description=f"log-probs of each token and the top k alternatives "
+    logprobs: json_int(ge=0) | None = Field(None, description=f"log-probs of each token and the top k alternatives "
                                  f"(k <= {MAX_LOGPROBS})")
     echo: bool | None = Field(False, description="return the prompt before the completion, with its log-probs")
     stop: str | list[str] | None = Field(None, description="up to 4 strings that end a sample (not returned)")
-    seed: int | None = Field(None, description="makes sampling reproducible")
+    # bounds within 2**53, where JSON numbers are exact in every client (and torch takes any of them)
+    seed: json_int(ge=-(2**53 - 1), le=2**53 - 1) | None = Field(None, description="makes sampling reproducible")
     repetition_penalty: float | None = Field(1.0, gt=0, description="vLLM's extension: Hugging Face's repetition "
                                              "penalty (1: none)")
     presence_penalty: float | None = Field(0.0, description="only 0 is supported")
     frequency_penalty: float | None = Field(0.0, description="only 0 is supported")
-    best_of: int | None = Field(None, description="only equal to n is supported")
+    best_of: json_int() | None = Field(None, description="only equal to n is supported")
     logit_bias: dict[str, float] | None = Field(None, description="not supported (400 when not empty)")
     suffix: str | None = Field(None, description="not supported (400 when set)")
     user: str | None = Field(None, max_length=256, description="ignored")

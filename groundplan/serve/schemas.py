@@ -1,17 +1,45 @@
 """Request and response models of the /v1 API (they make the OpenAPI schema at /docs).
 
 Static bounds here are generous ceilings; the configured :class:`~groundplan.serve.config.Limits`
-are checked by the service and give a 400 with a message.
+are checked by the service and give a 400 with a message. A list a caller may leave out (a session's
+``skills``) is refused when given empty: an empty list must never quietly mean the default.
+
+``start_state`` is typed per env: :func:`plan_request_model` gives the app's ``PlanRequest`` whose schema
+is any of the served envs' start-state models (``Env.start_state_schema``), and the route checks a request's
+start state against its own env's model (422 naming the field).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, create_model
+
+
+def _json_integer(value: Any) -> Any:
+    """A JSON integer: a whole number, ``3`` or ``3.0`` (JSON Schema's ``integer`` includes both), never a
+    boolean or a string, which pydantic's lax mode would coerce."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+def json_int(**bounds: Any) -> Any:
+    """The type of a request's integer field: what the schema calls ``integer``, and nothing else. Bounds
+    (``ge``, ``le``) go here rather than on the field, so that in a union (``json_int(ge=1) | None``)
+    they reach the JSON schema as ``minimum``/``maximum``."""
+    return Annotated[int, Field(strict=False, **bounds), BeforeValidator(_json_integer)]
 
 
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of the request models: unknown fields refused, and strict types, so what the OpenAPI schema calls
+    invalid is refused (422) rather than coerced (``true`` as a seed, ``1`` as a boolean, ``"2"`` as a number),
+    and what it calls valid is accepted; integers are :func:`json_int`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ScoreRequest(_Req):
@@ -35,16 +63,39 @@ class ScoreResponse(BaseModel):
 
 
 class PlanRequest(_Req):
+    """One episode: an instruction or one of the env's tasks, with optional pins of the start state."""
+
     instruction: str = Field("", max_length=100_000, description="what the robot should do (may be empty when task_id is given)")
     env: str = Field("kitchen", max_length=100, description="a served env (GET /v1/planners)")
     planner: str | None = Field(None, max_length=200, description="a served planner label; default the first")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="start state / sampling seed")
+    seed: json_int(ge=0, le=2**31 - 1) = Field(0, description="start state / sampling seed")
     task_id: str | None = Field(None, max_length=200, description="run one of the env's own tasks (its goal is checked)")
     start_state: dict[str, Any] | None = Field(None, description="env-specific pins of the start state (e.g. kitchen "
-                                               "{'robot': 'table', 'holding': 'apple'}), checked by the env before "
-                                               "the episode; with task_id it replaces the task's own")
-    max_steps: int | None = Field(None, ge=1, le=100, description="step cap, at most the server's limits.max_steps "
-                                  "(400 above it); default that limit")
+                                               "{'robot': 'table', 'holding': 'apple'}), checked against the env's "
+                                               "start-state schema before any env is built (422 naming the field); "
+                                               "with task_id it replaces the task's own")
+    max_steps: json_int(ge=1, le=100) | None = Field(None, description="step cap, at most the server's "
+                                                    "limits.max_steps (400 above it); default that limit")
+
+
+def _object_or_null(value: Any) -> dict[str, Any] | None:
+    """What the request model itself checks of a start state (an object or null); its fields are checked
+    by the route against the model of the env the request names."""
+    if value is None or isinstance(value, dict):
+        return value
+    raise ValueError("must be an object (the env's start state) or null")
+
+
+def plan_request_model(start_states: Sequence[type[BaseModel]]) -> type[PlanRequest]:
+    """:class:`PlanRequest` whose ``start_state`` is documented as any of ``start_states`` (the served envs'
+    models, so the OpenAPI schema shows what each env takes) or null. Validation here is only "object or
+    null": which model applies depends on ``env``, so the route checks that (422 with the field's path)."""
+    models = tuple(dict.fromkeys(start_states))
+    documented = Union[models + (type(None),)] if models else dict[str, Any] | None  # type: ignore[valid-type]
+    field = Annotated[dict[str, Any] | None, PlainValidator(_object_or_null, json_schema_input_type=documented)]
+    description = PlanRequest.model_fields["start_state"].description
+    return create_model("PlanRequest", __base__=PlanRequest, __doc__=PlanRequest.__doc__,
+                        start_state=(field, Field(None, description=description)))
 
 
 class CandidateOut(BaseModel):
@@ -86,8 +137,9 @@ class SessionCreate(_Req):
     instruction: str = Field(..., max_length=100_000)
     planner: str | None = Field(None, max_length=200, description="a served planner label; default the first")
     env: str = Field("kitchen", max_length=100, description="whose skill set the session starts with")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    skills: list[str] | None = Field(None, max_length=4096, description="the robot's skills (default: the env's)")
+    seed: json_int(ge=0, le=2**31 - 1) = Field(0)
+    skills: list[str] | None = Field(None, min_length=1, max_length=4096,
+                                     description="the robot's skills (omitted or null: the env's; never empty)")
 
 
 class SessionInfo(BaseModel):
@@ -105,8 +157,9 @@ class ObservationIn(_Req):
     """What the robot observed: optionally a new skill set, a scene description, and its own affordance
     estimates p(c_π | s, ℓ_π) per skill (its value functions, SayCan Sec. 3)."""
 
-    skills: list[str] | None = Field(None, max_length=4096, description="the robot's skills now, checked as at session "
-                                     "creation (non-empty labels, limits.max_skills); omitted or empty: unchanged")
+    skills: list[str] | None = Field(None, min_length=1, max_length=4096,
+                                     description="the robot's skills now, checked as at session creation (non-empty "
+                                     "labels, limits.max_skills); omitted or null: unchanged; never empty")
     text: str = Field("", max_length=20_000, description="scene description (Inner Monologue's scene feedback)")
     affordances: dict[str, float] = Field(default_factory=dict, description="skill -> probability in [0, 1]")
 

@@ -18,6 +18,8 @@ import numpy as np
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.core.validation import validate_instruction
+from groundplan.envs import ENVS
+from groundplan.envs.base import Env
 from groundplan.factory import make_env, make_planner
 from groundplan.grounding.base import Affordance
 from groundplan.llm.base import LanguageModel
@@ -119,7 +121,10 @@ class PlannerService:
         limit = self.config.limits.max_skills
         if len(skills) > limit:
             raise InvalidInputError(f"{where}: {len(skills)} skills; the limit is {limit}")
-        if not skills or any(not s.strip() for s in skills):
+        if not skills:
+            raise InvalidInputError(f"{where}: the list is empty; give at least one skill, or leave it out (null) for "
+                                    "the default")
+        if any(not s.strip() for s in skills):
             raise InvalidInputError(f"{where}: skills must be non-empty labels")
         return list(skills)
 
@@ -138,6 +143,7 @@ class PlannerService:
         label = self._label(request.get("planner"))
         max_steps = self._max_steps(request.get("max_steps"))
         env_spec = self.config.env_spec(request.get("env") or "kitchen")
+        _check_start_state(ENVS.get(env_spec.name), request.get("start_state"))  # before any env is built
         env = make_env(env_spec)
         start_state = _start_state(env, request.get("start_state"))
         task_id = request.get("task_id")
@@ -175,7 +181,7 @@ class PlannerService:
     def _check_observation(self, obs: dict[str, Any]) -> None:
         """A step's observation, checked before anything runs: its skills (when given) like a session's,
         its affordances probabilities."""
-        if obs.get("skills"):
+        if obs.get("skills") is not None:
             self._check_skills(obs["skills"], "observation.skills")
         for skill, p in (obs.get("affordances") or {}).items():
             if not (0.0 <= float(p) <= 1.0) or not math.isfinite(float(p)):
@@ -184,7 +190,8 @@ class PlannerService:
 
     def _observation(self, rec: SessionRecord, obs: dict[str, Any]) -> Observation:
         """The planner's observation of a step (checked by :meth:`_check_observation` when it arrived)."""
-        return Observation(skills=list(obs.get("skills") or rec.skills),
+        skills = obs.get("skills")
+        return Observation(skills=list(rec.skills if skills is None else skills),
                            state={"affordances": dict(obs.get("affordances") or {})}, text=obs.get("text", ""))
 
     def _replay_step(self, planner: Planner, rec: SessionRecord, event: dict[str, Any]) -> Decision:
@@ -198,7 +205,8 @@ class PlannerService:
         instruction = self._instruction(request.get("instruction", ""))
         env_name = request.get("env") or "kitchen"
         self.config.env_spec(env_name)
-        skills = self._check_skills(request.get("skills") or self.env_skills(env_name), "skills")
+        given = request.get("skills")  # [] is refused by _check_skills, never read as "the env's"
+        skills = self._check_skills(self.env_skills(env_name) if given is None else given, "skills")
         rec = self.store.create(label, env_name, instruction, int(request.get("seed", 0)), list(skills))
         return self.session_info(rec)
 
@@ -254,9 +262,20 @@ class PlannerService:
             self._live.clear()
 
 
+def _check_start_state(env_class: type[Env], data: Any) -> None:
+    """A request's ``start_state`` against its env's schema (:meth:`Env.check_start_state`), from the env
+    class alone: a malformed one is refused before any env is built (the API already answered 422 for one;
+    this keeps the service safe for any other caller)."""
+    try:
+        env_class.check_start_state(data)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"start_state: {exc}") from None
+
+
 def _start_state(env: Any, data: Any) -> dict[str, Any] | None:
-    """A request's ``start_state``, validated by the env's own parser (the one task files use), so a
-    bad one is refused naming the field before an episode starts; None when none was given."""
+    """A request's ``start_state``, validated by the env's own parser (the one task files use: the schema,
+    then what needs the env's data), so a bad one is refused naming the field before an episode starts;
+    None when none was given."""
     if data is None:
         return None
     try:

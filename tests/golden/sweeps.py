@@ -60,10 +60,12 @@ SWEEPS: dict[str, dict[str, Any]] = {
 
 def canpay_models(folder: Path) -> dict[str, str]:
     """A Can and a Pay model with seeded heads on the embedded all-MiniLM-L6-v2, saved under ``folder``
-    (built once; the same seed gives the same weights on every run of the same torch)."""
+    (built once; the same seed gives the same weights on every run of the same torch). Trained on no
+    task, so each carries an empty lineage, which the evaluation's lineage check accepts."""
     import torch
 
     from groundplan.grounding.canpay.config import CanPayModelConfig
+    from groundplan.grounding.canpay.lineage import Lineage, save_lineage
     from groundplan.grounding.canpay.model import CanPayModel
 
     out = {}
@@ -72,6 +74,7 @@ def canpay_models(folder: Path) -> dict[str, str]:
         if not (target / "canpay.json").exists():
             torch.manual_seed(seed)
             CanPayModel(CanPayModelConfig(kind=kind, encoder="all-minilm-l6-v2", max_length=160)).save(target)
+            save_lineage(target, Lineage(f"seeded {kind} head, untrained"))
         out[f"{kind}_model"] = str(target)
     return out
 

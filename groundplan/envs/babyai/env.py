@@ -27,6 +27,7 @@ from groundplan.envs.babyai import grid as G
 from groundplan.envs.babyai.levels import make_level, split_tasks
 from groundplan.envs.babyai.options import FAMILIES, BabyAIConfig
 from groundplan.envs.babyai.rules import DONE, DROP, PICK, TOGGLE, BabyAIListing, listed_actions, normalise
+from groundplan.envs.babyai.start_state import BabyAIStartState
 from groundplan.envs.base import Env, EnvCapabilities
 
 
@@ -35,6 +36,7 @@ class BabyAIEnv(Env):
 
     name = "babyai"
     done_skill = DONE
+    start_state_schema = BabyAIStartState
     capabilities = EnvCapabilities(can_replay=True, measures=("primitive_steps",), action_model=True)
 
     def __init__(self, **options: Any) -> None:

@@ -9,7 +9,7 @@ carry no indices.
 
 Layouts are drawn by minigrid from a seed, and splits use disjoint seed ranges; within a split, layouts
 are unique (grid, agent pose and mission). A test or test-generalize task that equals a train task in
-what the models read, its mission, first observation text and expert plan
+what the models read before acting, its mission and first observation text
 (:func:`~groundplan.envs.splits.visible_signature`), is skipped for the next seed: many layouts differ
 only in cells the observation text does not describe (31 of the 100 test tasks were train tasks to the
 models when only layouts were compared).
@@ -140,7 +140,7 @@ def _candidates(family: str, split: str, plan_of: PlanOf) -> Iterator[Task]:
             )
             observation = describe(env)  # the env's first observation text (BabyAIEnv.reset)
             plan = plan_of(task)
-            task.metadata["signature"] = visible_signature(task.instruction, observation, plan)
+            task.metadata["signature"] = visible_signature(task.instruction, observation)
             yield dataclasses.replace(task, reference_plan=plan)
         seed += 1
 
@@ -157,7 +157,8 @@ def _family_tasks(family: str, split: str, n: int, train_n: int, plan_of: PlanOf
 def split_tasks(split: str, sizes: dict[str, int], families: tuple[str, ...] = FAMILIES, *,
                 plan_of: PlanOf) -> list[Task]:
     """The deterministic tasks of ``split``, with their expert plans; ``sizes`` maps split → tasks per
-    family; ``plan_of`` gives a task's expert plan (part of what the models read, so of the signature)."""
+    family; ``plan_of`` gives a task's expert plan (the reference plan; not part of the signature, which
+    holds only what a model reads before it acts)."""
     check_split(split)
     out: list[Task] = []
     for fam in families:

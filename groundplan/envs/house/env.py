@@ -33,6 +33,7 @@ from groundplan.envs.house.layout import CELL, House, generate_house
 from groundplan.envs.house.metrics import kendall_tau, shortest_tour, spl
 from groundplan.envs.house.options import HouseConfig
 from groundplan.envs.house.render import render_topdown
+from groundplan.envs.house.start_state import HouseStartState
 from groundplan.envs.house.sim import (
     AStarNavigator,
     Detection,
@@ -93,6 +94,7 @@ class HouseEnv(Env):
     """Procedural multi-room houses with MultiON episodes; see the module docstring."""
 
     name = "house"
+    start_state_schema = HouseStartState
     capabilities = EnvCapabilities(
         measures=("sr", "spl", "kendall_tau", "path_m", "targets_found"),
         table_measures=("sr", "spl", "kendall_tau", "path_m"),

@@ -25,6 +25,7 @@ from groundplan.envs.house.catalog import LARGE_OBJECTS
 from groundplan.envs.house.env import NAVIGATE_RE, SKILLS, parse_targets
 from groundplan.envs.house.layout import CELL, FREE, WALL, House, Room
 from groundplan.envs.house.sim import astar, nearest_free_cell
+from groundplan.envs.house.start_state import HouseStartState
 
 #: THOR types treated as landmarks besides the house catalog's furniture (Sec. 3.3: by size and class)
 EXTRA_LARGE = {"Television", "Chair", "SideTable", "Floor", "Window", "Painting"}
@@ -105,6 +106,7 @@ class ThorHouseEnv(Env):
     """MultiON in a ProcTHOR house through ``ai2thor``; tasks are given (house JSON + 3 target types)."""
 
     name = "thor_house"
+    start_state_schema = HouseStartState
     capabilities = EnvCapabilities(measures=("sr", "path_m", "targets_found"), table_measures=("sr", "path_m"))
 
     def __init__(self, houses: Sequence[dict[str, Any]] = (), controller: Any = None, found_radius: float = 2.5,

@@ -38,6 +38,7 @@ from groundplan.envs.kitchen.skills import (
     parse_skill,
     unknown_skill_message,
 )
+from groundplan.envs.kitchen.start_state import KitchenStartState
 from groundplan.envs.kitchen.tasks import evaluate_goal, tasks_for
 from groundplan.envs.kitchen.world import (
     GRIPPER,
@@ -205,6 +206,7 @@ class KitchenEnv(Env):
 
     # --------------------------------------------------------------- task files (docs/tasks.md)
     goal_language = "groundplan.envs.kitchen.goal_language"
+    start_state_schema = KitchenStartState
 
     # --------------------------------------------------------------- episode
     def initial_state(self, task: Task, seed: int) -> KitchenState:

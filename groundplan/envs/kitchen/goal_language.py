@@ -98,7 +98,9 @@ def parse_goal(data: Any, start_state: Mapping[str, Any] | None = None) -> Goal:
 
 
 def parse_start_state(data: Any) -> dict[str, Any] | None:
-    """``{robot: <location>, holding: <object>, placement: {<object>: <location>}}``, each optional."""
+    """``{robot: <location>, holding: <object>, placement: {<object>: <location>}}``, each optional, as
+    :class:`~groundplan.envs.kitchen.start_state.KitchenStartState` (which ``Env.parse_start_state`` checks
+    first) describes it; the data is kept as given."""
     if data is None:
         return None
     if not isinstance(data, Mapping):

@@ -31,6 +31,7 @@ from groundplan.envs.base import EnvCapabilities
 from groundplan.envs.splits import check_split, draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.ravens_options import BlocksBowlsConfig
+from groundplan.envs.tabletop.start_state import BlocksBowlsStartState
 from groundplan.envs.tabletop.tasks import Geometry, in_bowl
 from groundplan.envs.tabletop.world import BLOCK_HALF, BOWL_FLOOR, Layout, TabletopWorld
 
@@ -127,7 +128,7 @@ def _candidates(split: str) -> Iterator[Task]:
             start_state={"blocks": scene["blocks"], "bowls": scene["bowls"],
                          "xy": {k: list(v) for k, v in scene["xy"].items()}, "split": split},
             metadata={"split": split, "layout_signature": layout,
-                      "signature": visible_signature(text, observation, plan)},
+                      "signature": visible_signature(text, observation)},
         )
 
 
@@ -150,6 +151,7 @@ class BlocksBowlsEnv(RavensTaskEnv):
     name = "blocks_bowls"
     families = FAMILIES
     done_skill = DONE
+    start_state_schema = BlocksBowlsStartState
     capabilities = EnvCapabilities(measures=("picks", "sim_steps"), symbolic_model=True, fixed_actions=True)
 
     def __init__(self, **options: Any) -> None:

@@ -32,6 +32,7 @@ from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.tabletop.skills import DONE, parse_skill, skill_label
+from groundplan.envs.tabletop.start_state import TabletopStartState
 from groundplan.envs.tabletop.tasks import (
     FAMILIES,
     Geometry,
@@ -147,6 +148,7 @@ class TabletopEnv(Env):
 
     # ------------------------------------------------------------------ task files (docs/tasks.md)
     goal_language = "groundplan.envs.tabletop.goal_language"
+    start_state_schema = TabletopStartState
 
     def task_metadata(self, goal: Any, start_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
         from groundplan.envs.tabletop import goal_language

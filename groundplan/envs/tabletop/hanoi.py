@@ -34,6 +34,7 @@ from groundplan.envs.base import EnvCapabilities
 from groundplan.envs.splits import check_split, draw_tasks, visible_signature
 from groundplan.envs.tabletop.ravens import RavensTaskEnv, normalise_skill
 from groundplan.envs.tabletop.ravens_options import HanoiConfig
+from groundplan.envs.tabletop.start_state import HanoiStartState
 from groundplan.envs.tabletop.world import COLOURS, TabletopWorld
 
 DONE = "done"
@@ -123,7 +124,7 @@ def start_stacks(start: State, n_rods: int = len(RODS)) -> list[list[int]]:
 def _candidates(split: str, tower_goal_prob: float) -> Iterator[Task]:
     """Tasks of ``split`` drawn one after another from the split's seed, each with its state signature
     (``state_signature``: colours, start, goal) and its model-visible one (``signature``: instruction,
-    first observation text, expert plan); their ids are given when they are picked."""
+    first observation text); their ids are given when they are picked."""
     gen = split == "test-generalize"
     n_disks, palette = (4, NOVEL_COLOURS) if gen else (3, SEEN_COLOURS)
     rng = np.random.default_rng(zlib_seed(split))
@@ -149,7 +150,7 @@ def _candidates(split: str, tower_goal_prob: float) -> Iterator[Task]:
             task_id="", instruction=text, family=family, goal=goal,
             start_state={"colours": colours, "rods": list(start), "split": split}, reference_plan=plan,
             metadata={"split": split, "state_signature": state,
-                      "signature": visible_signature(text, observation, plan)},
+                      "signature": visible_signature(text, observation)},
         )
 
 
@@ -210,6 +211,7 @@ class HanoiEnv(RavensTaskEnv):
     name = "hanoi"
     families = FAMILIES
     done_skill = DONE
+    start_state_schema = HanoiStartState
     capabilities = EnvCapabilities(measures=("picks", "sim_steps", "illegal_moves"), symbolic_model=True,
                                    fixed_actions=True)
 

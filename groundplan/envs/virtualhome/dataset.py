@@ -76,7 +76,8 @@ def load_init_graph(program_id: str) -> dict:
         return json.load(f)["init_graph"]
 
 
-def _rank(text: str) -> str:
+def rank_key(text: str) -> str:
+    """A deterministic, content-based order (SHA-1 of the text) for choosing held-out names and ids."""
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -93,7 +94,7 @@ def split_programs(
     """
     programs = load_programs()
     if mode == "category":
-        cats = sorted({p.name for p in programs}, key=_rank)
+        cats = sorted({p.name for p in programs}, key=rank_key)
         k = max(1, round(test_fraction * len(cats)))
         test_cats = set(cats[:k])
         return [p for p in programs if p.name not in test_cats], [p for p in programs if p.name in test_cats]
@@ -103,7 +104,7 @@ def split_programs(
         for p in programs:
             by_cat.setdefault(p.name, []).append(p)
         for cat in sorted(by_cat):
-            ranked = sorted(by_cat[cat], key=lambda p: _rank(p.program_id))
+            ranked = sorted(by_cat[cat], key=lambda p: rank_key(p.program_id))
             k = round(test_fraction * len(ranked)) if len(ranked) > 1 else 0
             test.extend(sorted(ranked[:k], key=lambda p: _pid_key(p.program_id)))
             train.extend(sorted(ranked[k:], key=lambda p: _pid_key(p.program_id)))

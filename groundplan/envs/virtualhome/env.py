@@ -47,6 +47,7 @@ from groundplan.envs.virtualhome.actions import (
     ParseError,
 )
 from groundplan.envs.virtualhome.scene import goals_met_at_start, scene_action_space
+from groundplan.envs.virtualhome.start_state import VirtualHomeStartState
 
 logger = logging.getLogger(__name__)
 
@@ -213,6 +214,7 @@ class VirtualHomeEnv(Env):
 
     # -- task files (docs/tasks.md) --------------------------------------------------------------
     goal_language = "groundplan.envs.virtualhome.goal_language"
+    start_state_schema = VirtualHomeStartState
 
     @property
     def action_space(self) -> ActionSpace:

@@ -2,19 +2,19 @@
 "≈800 compatible trajectories" for train, 100 test, 20 test-generalize of unseen tasks).
 
 The existing :class:`~groundplan.envs.virtualhome.env.VirtualHomeEnv` (scene 1, 342 programs) holds
-whole task categories out ('category' split). Here: **train** is the seen categories' programs except
-every 5th, **test** is every 5th (same tasks, other programs), **test-generalize** is the held-out
-categories (unseen tasks), the first ``generalize_size`` of them. Scaled down from the paper's sizes:
-scene 1 has 342 programs in all. The expert is each program's own reference script
-(:func:`reference_program_expert`).
+whole task categories out ('category' split); its held-out categories are **test-generalize** here
+(unseen tasks, the first ``generalize_size`` programs). The seen categories are split **by task name**:
+the first ``test_name_fraction`` of their names, ranked by the SHA-1 of the name (as the base split
+ranks categories), are **test**; the other names are **train** (Can/Pay data and the Say prompt's
+examples). Scaled down from the paper's sizes: scene 1 has 342 programs in all.
 
-Many programs of a task are the same steps written down twice, so a 5th program can repeat a train
-program of its task step for step (9 of the 38 did, "Relax on sofa" 124_1 and 442_1 among them). Such a
-program is not another program: the models read its task name and steps in training
-(:func:`program_signature`), so test leaves it out. Its first observation
-("The character is in the bedroom.") says too little to tell it apart, and leaving it out also leaves
-out every test task whose model-visible signature (:func:`~groundplan.envs.splits.visible_signature`:
-name, first observation, steps) equals a train task's.
+Why by name and not by program: a model reads, before it acts, the task name and the first
+observation, and in scene 1 programs of one name start in the same few rooms, so "same tasks, other
+programs" gave test tasks that were train tasks to every model (26 of 29 shared instruction and first
+observation with a train task, all 29 their instruction). No test instruction occurs in train here
+(``capabilities.disjoint_by = "instruction"``), and the evaluation refuses a Say prompt or a Can/Pay
+model whose examples name one (:mod:`groundplan.pipelines.evaluate.lineage`). The expert is each
+program's own reference script (:func:`reference_program_expert`).
 
 The text observation (the base env gives none) says where the character is, what it holds and which
 objects are close to it, read from the evolving graph.
@@ -28,8 +28,10 @@ from pydantic import Field
 from groundplan.core.types import Observation, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.experts import ReferencePlanExpert
-from groundplan.envs.splits import SayCanPaySplit, visible_signature
-from groundplan.envs.virtualhome.env import VirtualHomeConfig, VirtualHomeEnv
+from groundplan.envs.splits import SayCanPaySplit
+from groundplan.envs.virtualhome.dataset import rank_key
+from groundplan.envs.base import EnvCapabilities
+from groundplan.envs.virtualhome.env import SUMMARY_METRICS, VirtualHomeConfig, VirtualHomeEnv
 
 
 class SayCanPayVirtualHomeConfig(VirtualHomeConfig):
@@ -39,6 +41,9 @@ class SayCanPayVirtualHomeConfig(VirtualHomeConfig):
         "test", description="SayCanPay split env.tasks() returns (train/test: seen task categories, "
         "test-generalize: unseen ones).")
     generalize_size: int = Field(20, ge=1, le=1000, description="Test-generalize tasks (paper: 20).")
+    test_name_fraction: float = Field(
+        0.3, gt=0, lt=1, description="Fraction of the seen task names (ranked by SHA-1) whose programs are "
+        "test; the rest are train. No test name occurs in train.")
     max_close: int = Field(12, ge=0, le=200, description="At most this many close objects in the text.")
 
 
@@ -46,6 +51,8 @@ class SayCanPayVirtualHome(VirtualHomeEnv):
     """VirtualHome for SayCanPay; ``split`` selects the SayCanPay split (the base's split is 'category')."""
 
     name = "virtualhome_scp"
+    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS, fixed_actions=True,
+                                   disjoint_by="instruction")
 
     def __init__(self, **options: Any) -> None:
         opts = dict(options)
@@ -61,24 +68,22 @@ class SayCanPayVirtualHome(VirtualHomeEnv):
         if split == "test-generalize":
             programs = list(self._test)[: self.scp_config.generalize_size]
         else:
-            programs = [p for i, p in enumerate(self._train) if (i % 5 == 4) == (split == "test")]
+            held = set(self.test_names())
+            programs = [p for p in self._train if (p.name in held) == (split == "test")]
         tasks = [self._task(p) for p in programs]
-        if split == "test":  # other programs than train's (see the module docstring)
-            train = {program_signature(self._task(p)) for i, p in enumerate(self._train) if i % 5 != 4}
-            tasks = [t for t in tasks if program_signature(t) not in train]
         tasks = [Task(t.task_id, t.instruction, t.family, t.goal, t.start_state, t.reference_plan,
                       {**t.metadata, "split": split}) for t in tasks]
         return [t for t in tasks if families is None or t.family in families]
+
+    def test_names(self) -> list[str]:
+        """The seen task names held out as test (see the module docstring), in rank order."""
+        names = sorted({p.name for p in self._train}, key=rank_key)
+        return names[: max(1, round(self.scp_config.test_name_fraction * len(names)))]
 
     def _observe(self) -> Observation:
         obs = super()._observe()
         obs.text = describe(self._state, self._char_id, self.scp_config.max_close)
         return obs
-
-
-def program_signature(task: Task) -> str:
-    """What the models read of a program's task apart from its start: the task name and the steps."""
-    return visible_signature(task.instruction, None, task.reference_plan)
 
 
 def describe(state: Any, char_id: int, max_close: int) -> str:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from groundplan.grounding.canpay.lineage import TrainedModels
+
 #: δ of the Pay model's discounted return per environment (Table 8). The kitchen is not in the
 #: paper; its plans (~5 steps) are as long as BabyAI's, so it takes BabyAI's 0.6.
 PAY_DELTA: dict[str, float] = {
@@ -112,7 +114,7 @@ class TrainConfig(BaseModel):
         return self.delta if self.delta is not None else default_delta(self.env or "")
 
 
-class LearnedCanPayOptions(BaseModel):
+class LearnedCanPayOptions(BaseModel, TrainedModels):
     """Options of the ``saycanpay_learned`` grounding source: trained Can and/or Pay models loaded by
     MLflow model URI (``models:/can-kitchen/1``, ``runs:/<id>/model``) or by local folder."""
 
@@ -132,8 +134,14 @@ class LearnedCanPayOptions(BaseModel):
             raise ValueError("give can_model, pay_model or both")
         return self
 
+    def trained_models(self) -> dict[str, str]:
+        return {k: v for k, v in (("can", self.can_model), ("pay", self.pay_model)) if v}
 
-class OracleCanPayOptions(BaseModel):
+    def models_tracking_uri(self) -> str | None:
+        return self.tracking_uri
+
+
+class OracleCanPayOptions(BaseModel, TrainedModels):
     """Options of ``saycanpay_oracle``: Can from the simulator's own preconditions (the action sequence is
     replayed noise-free from the episode's start state) — the "oracle feasibility" rows that show what
     learning Can costs. It reads the task and seed, so planners using it must carry an oracle label."""
@@ -152,6 +160,12 @@ class OracleCanPayOptions(BaseModel):
     tracking_uri: str | None = Field(None, description="MLflow URI that resolves 'models:/' URIs.")
     batch_size: int = Field(256, ge=1, description="Most Pay inputs per forward pass.")
     device: str = Field("auto", description="Device of the Pay model.")
+
+    def trained_models(self) -> dict[str, str]:
+        return {"pay": self.pay_model} if self.pay_model else {}
+
+    def models_tracking_uri(self) -> str | None:
+        return self.tracking_uri
 
     @field_validator("env")
     @classmethod

@@ -120,7 +120,7 @@ def read_trajectories(paths: Iterable[str], env: str | None = None, split: str |
 
 def trajectory_signature(traj: Trajectory) -> str:
     """What the Can/Pay models read of a trajectory (App. B.1): its goal, initial observation and actions."""
-    return visible_signature(traj.goal, traj.init_obs, traj.actions)
+    return visible_signature(traj.goal, traj.init_obs)
 
 
 def task_groups(trajs: Sequence[Trajectory]) -> list[list[Trajectory]]:

@@ -96,6 +96,10 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
 
         check_tracking_server(resolve_tracking_uri(cfg.output_dir),
                               hint="collect without tracking (mlflow: false in the collect config)")
+    if cfg.source.kind == "planner" and cfg.source.planner is not None:  # an LLM server that cannot score
+        from groundplan.config import probe_llm_needs
+
+        probe_llm_needs(cfg.source.llm, [cfg.source.planner])
     data_dir = cfg.data_dir
     if fresh and data_dir.exists():
         for f in data_dir.iterdir():

@@ -6,7 +6,9 @@ One driver serves both executors (:mod:`groundplan.pipelines.evaluate.executors`
 
 Guarantees:
 - a malformed config (unknown plugin or option, bad task selection or task file, unwritable output
-  folder) fails in :func:`check_config`, before any model loads or actor starts;
+  folder) fails in :func:`check_config`, before any model loads or actor starts, and so does (once the
+  tracking servers answer) a test set that a planner's prompt or trained Can/Pay models read before the
+  test (:func:`~groundplan.pipelines.evaluate.lineage.check_sweep_lineage`);
 - each finished episode is appended to ``traces.jsonl`` at once, by the driver alone, with its frames;
 - an episode's id carries a hash of everything that can change its outcome (env options, LLM spec,
   planner spec, step cap, seed, the task's content), so a rerun under a changed config runs the changed
@@ -230,11 +232,21 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
               on_episode: Callable[[EpisodeTrace, dict[str, Any]], None] | None = None) -> EvalResult:
     """Run the sweep of ``cfg`` on the executor ``cfg.runtime.executor`` names and return its traces and
     summary. MLflow logging when ``cfg.runtime.mlflow``: a tracking server that does not answer fails the
-    sweep before it starts; one that fails at the end leaves ``stats["mlflow_error"]`` and no run id."""
+    sweep before it starts; one that fails at the end leaves ``stats["mlflow_error"]`` and no run id. An LLM
+    server that cannot do what the planners need (an ``openai`` server without echo for scoring planners)
+    also fails it before it starts (:func:`~groundplan.config.probe_llm_needs`), unless ``lm`` or
+    ``lm_factory`` replaces ``cfg.llm``."""
     specs = check_config(cfg)  # fails before any model loads or actor starts
     from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
 
     check_tracking_servers(eval_tracking_uris(cfg, tracking_uri))  # so does a tracking server that is down
+    from groundplan.pipelines.evaluate.lineage import check_sweep_lineage
+
+    check_sweep_lineage(cfg, specs)  # and a test task that a planner's prompt or trained models read
+    if lm is None and lm_factory is None:  # and an LLM server that cannot do what the planners need of it
+        from groundplan.config import probe_llm_needs
+
+        probe_llm_needs(cfg.llm, cfg.planners)
     traces_path, todo, stale = prepare_run(cfg, specs, resume)
     executor = make_executor(cfg, lm, lm_factory, on_episode)
     bar = tqdm(total=len(todo), desc=cfg.name, unit="ep", disable=not progress)

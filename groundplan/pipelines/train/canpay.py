@@ -51,8 +51,11 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     return load_yaml_model(TrainConfig, path, overrides, "training config")
 
 
-def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, int]]:
-    """(train examples, validation examples, counts) for the config's model kind."""
+def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, int], Any]:
+    """(train examples, validation examples, counts, lineage) for the config's model kind; the lineage
+    (:mod:`groundplan.grounding.canpay.lineage`) lists the train and validation tasks by what the model
+    reads of them, and is saved with the model."""
+    from groundplan.grounding.canpay.lineage import trajectories_lineage
     from groundplan.grounding.canpay.data import (
         can_examples,
         pay_examples,
@@ -83,7 +86,7 @@ def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, in
     counts = {"trajectories": len(trajs), "train_trajectories": len(train_t), "val_trajectories": len(val_t),
               "train_tasks": len(task_groups(train_t)), "val_tasks": len(task_groups(val_t)),
               "train_examples": len(train), "val_examples": len(val)}
-    return train, val, counts
+    return train, val, counts, trajectories_lineage(cfg.name, {"train": train_t, "validation": val_t})
 
 
 # ------------------------------------------------------------------------------------ worker
@@ -260,7 +263,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
 
     from groundplan.pipelines.tracking import flatten
 
-    train, val, counts = build_examples(cfg)
+    train, val, counts, lineage = build_examples(cfg)
     log.info("%s: %s", cfg.name, counts)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     run_root.mkdir(parents=True, exist_ok=True)
@@ -303,6 +306,10 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         shutil.rmtree(model_dir, ignore_errors=True)
         with result.checkpoint.as_directory() as folder:
             shutil.copytree(folder, model_dir)
+        from groundplan.grounding.canpay.lineage import save_lineage
+
+        lineage.source = f"models:/{cfg.name} (run {run.info.run_id})"
+        save_lineage(model_dir, lineage)  # logged with the model: the evaluation checks test sets against it
         history = [dict(r) for r in result.metrics_dataframe.to_dict("records")] if result.metrics_dataframe is not None else []
         mlflow.log_artifacts(str(model_dir), artifact_path="model")
         import json

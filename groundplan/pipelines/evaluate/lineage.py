@@ -1,0 +1,123 @@
+"""Refuse, before any episode runs, a test set that its planners' models or prompts have read.
+
+Each planner of an eval config may read tasks before the test: the few-shot examples of its prompt
+(:class:`~groundplan.grounding.canpay.lineage.PromptExamples`) and the train and validation tasks of
+the Can/Pay models its grounding source loads
+(:class:`~groundplan.grounding.canpay.lineage.TrainedModels`, whose folders carry ``lineage.json``).
+A test task that shares what the model reads before it acts with any of them (its visible signature,
+or, in an env split by task name, its instruction: ``env.capabilities.disjoint_by``) makes the row
+measure recall, so :func:`check_lineage` refuses the config and names the tasks. A trained model
+without a lineage is refused too: nothing could show its test set is unseen.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Sequence
+
+from groundplan.config import EvalConfig
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.types import Task
+from groundplan.envs.base import Env
+from groundplan.envs.splits import instruction_key, visible_signature
+from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, TrainedModels, load_lineage, overlap
+
+log = logging.getLogger(__name__)
+
+#: test tasks named in a refusal before the rest are counted
+_SHOWN = 8
+
+
+class LineageError(InvalidInputError):
+    """A test task was read by a model or prompt before the test (or a model carries no lineage)."""
+
+
+def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
+    """Planner label → the lineages of what it reads before the test (prompt examples and trained
+    models), each loaded once."""
+    from groundplan.grounding import AFFORDANCES
+    from groundplan.grounding.canpay.model import resolve_model_folder
+    from groundplan.planners import PLANNERS
+
+    models: dict[tuple[str, str | None], Lineage] = {}
+
+    def model_lineage(uri: str, tracking_uri: str | None) -> Lineage:
+        if (uri, tracking_uri) not in models:
+            lineage = load_lineage(resolve_model_folder(uri, tracking_uri), uri)
+            if lineage is None:
+                raise LineageError(f"model {uri} carries no lineage (it was saved before lineage.json was "
+                                   "logged with each model), so nothing shows that the test set is unseen; "
+                                   "retrain it with `groundplan train`")
+            models[uri, tracking_uri] = lineage
+        return models[uri, tracking_uri]
+
+    out: dict[str, list[Lineage]] = {}
+    for spec in cfg.planners:
+        for variant in spec.variants():
+            found: list[Lineage] = []
+            options = PLANNERS.config_class(variant.name).model_validate(variant.options)
+            if isinstance(options, PromptExamples):
+                found.append(options.prompt_lineage())
+            if variant.affordance is not None:
+                source = AFFORDANCES.config_class(variant.affordance)
+                grounding = source.model_validate(variant.affordance_options) if source else None
+                if isinstance(grounding, TrainedModels):
+                    found += [model_lineage(uri, grounding.models_tracking_uri())
+                              for uri in grounding.trained_models().values()]
+            if found:
+                out[variant.display] = found
+    return out
+
+
+def task_keys(env: Env, tasks: Iterable[Task], seeds: Iterable[int]) -> list[tuple[str, str, str]]:
+    """(task id, visible signature, normalised instruction) of each test task, from what the model reads:
+    the env's own first observation (``metadata["signature"]`` where the env computed it when drawing
+    the task from that observation; else a reset per seed). An env split by task name needs only the
+    instruction."""
+    by_instruction = env.capabilities.disjoint_by == "instruction"
+    out = []
+    for t in tasks:
+        instr = instruction_key(t.instruction)
+        if by_instruction:
+            out.append((t.task_id, "", instr))
+        elif "signature" in t.metadata:
+            out.append((t.task_id, t.metadata["signature"], instr))
+        else:
+            out += [(t.task_id, visible_signature(t.instruction, env.reset(t, s).text), instr) for s in seeds]
+    return out
+
+
+def check_sweep_lineage(cfg: EvalConfig, specs: Sequence[Any]) -> int:
+    """:func:`check_lineage` on the tasks of a sweep's episodes (``EpisodeSpec``), with the config's env."""
+    from groundplan.factory import make_env
+
+    tasks = list({s.task.task_id: s.task for s in specs}.values())
+    return check_lineage(cfg, make_env(cfg.env), tasks) if tasks else 0
+
+
+def check_lineage(cfg: EvalConfig, env: Env, tasks: list[Task]) -> int:
+    """Raise :class:`LineageError` naming the test tasks that a planner's prompt or trained models read
+    before the test; returns how many (planner, lineage) pairs were checked."""
+    lineages = planner_lineages(cfg)
+    if not lineages:
+        return 0
+    keys = task_keys(env, tasks, cfg.seeds)
+    by = env.capabilities.disjoint_by
+    checked = 0
+    problems: list[str] = []
+    for label, found in lineages.items():
+        for lineage in found:
+            checked += 1
+            hits = overlap(lineage, keys, by)
+            if hits:
+                ids = list(dict.fromkeys(tid for tid, _ in hits))
+                shown = ", ".join(f"{tid} (= {e.role} {e.task_id})" for tid, e in hits[:_SHOWN])
+                more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
+                problems.append(f"planner '{label}': {len(ids)} test task(s) share their "
+                                f"{'instruction' if by == 'instruction' else 'instruction and first observation'} "
+                                f"with {lineage.source}: {shown}{more}")
+    if problems:
+        raise LineageError("the test set overlaps what the models read before the test; use the split the "
+                           "models were trained on (the collection's env options) or retrain:\n  "
+                           + "\n  ".join(problems))
+    log.info("lineage check: %d test tasks disjoint from %d prompt/model lineages", len(tasks), checked)
+    return checked
