@@ -53,14 +53,13 @@ def check_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
     server; raises ValueError naming the planner, the need and the backend. A backend that declares
     nothing is not checked."""
     from groundplan.llm import backend_capabilities
-    from groundplan.planners import PLANNERS
 
     caps = backend_capabilities(llm.backend, llm.options)
     if caps is None:
         return
     for p in planners:
         for variant in p.variants():
-            missing = caps.missing(PLANNERS.config_class(p.name).model_validate(variant.options).llm_needs)
+            missing = caps.missing(variant.planner_options.llm_needs)
             if missing:
                 mode = f" in mode '{llm.options['mode']}'" if "mode" in llm.options else ""
                 raise ValueError(f"planner '{variant.display}' needs LLM capability {', '.join(missing)}, which llm "
@@ -78,12 +77,11 @@ def probe_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
     reach the network (a config is validated again in every Ray actor). Raises InvalidInputError with what
     the server answered."""
     from groundplan.llm import probe_backend
-    from groundplan.planners import PLANNERS
 
     needs: dict[str, list[str]] = {}
     for p in planners:
         for variant in p.variants():
-            for need in PLANNERS.config_class(p.name).model_validate(variant.options).llm_needs:
+            for need in variant.planner_options.llm_needs:
                 needs.setdefault(need, []).append(variant.display)
     probe_backend(llm.backend, llm.model, llm.options, needs)
 
@@ -142,17 +140,32 @@ class PlannerSpec(_Strict):
         return self
 
     @property
+    def planner_options(self) -> Any:
+        """This spec's planner options as its registered typed class (``PlannerOptions``): what callers read
+        its declarations, LLM needs and prompt from (a grid spec's own options; its variants have theirs)."""
+        from groundplan.planners import PLANNERS
+
+        return PLANNERS.config_class(self.name).model_validate(self.options)
+
+    @property
+    def grounding_options(self) -> Any:
+        """This spec's affordance options as its grounding source's registered typed class; None without a
+        source (or for a source that registers none)."""
+        from groundplan.grounding import AFFORDANCES
+
+        cls = AFFORDANCES.config_class(self.affordance) if self.affordance is not None else None
+        return None if cls is None else cls.model_validate(self.affordance_options)
+
+    @property
     def declarations(self) -> tuple[OracleDeclaration, ...]:
         """What this configuration reads of the simulator's truth, known before anything is built: its
         options' declarations and its grounding source's class-level ``declaration``
         (:class:`~groundplan.core.truth.OracleDeclaration` each), as the built planner reports them."""
         from groundplan.core.truth import unique
         from groundplan.grounding import AFFORDANCES
-        from groundplan.planners import PLANNERS
 
-        options = PLANNERS.config_class(self.name).model_validate(self.options)
         source = AFFORDANCES.get(self.affordance).declaration if self.affordance else None
-        return unique([*options.declarations, source])
+        return unique([*self.planner_options.declarations, source])
 
     @property
     def display(self) -> str:

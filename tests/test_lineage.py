@@ -174,4 +174,4 @@ def test_shipped_prompts_share_no_task_with_their_test_split(env, tmp_path):
 
     made = make_env(cfg.env)
     tasks = select_tasks(made, cfg)
-    assert tasks and check_lineage(cfg, made, tasks) == len(raw["planners"])
+    assert tasks and check_lineage(cfg, tasks, made) == len(raw["planners"])

@@ -232,16 +232,19 @@ class Env(ABC):
         """Whether :meth:`parse_goal` reads this env's goal language (task files need it)."""
         return self.goal_language is not None
 
-    def _goal_language(self) -> Any:
-        return importlib.import_module(self.goal_language) if self.goal_language else None
+    @classmethod
+    def _goal_language(cls) -> Any:
+        return importlib.import_module(cls.goal_language) if cls.goal_language else None
 
-    def parse_start_state(self, data: Any) -> dict[str, Any] | None:
+    @classmethod
+    def parse_start_state(cls, data: Any) -> dict[str, Any] | None:
         """A start state given as plain data (a task file's, an API request's) → the ``Task.start_state``
         this env's ``reset`` reads, validated; None when none is given. First :meth:`check_start_state`
-        (the schema), then the goal language's checks that need the env's data; an env without a goal
-        language takes the schema's fields as given (null ones left out). Raises :class:`TaskSpecError`."""
-        checked = self.check_start_state(data)
-        language = self._goal_language()
+        (the schema), then the goal language's checks that need the env's data (its module's, so no env
+        is built for them); an env without a goal language takes the schema's fields as given (null ones
+        left out). Raises :class:`TaskSpecError`."""
+        checked = cls.check_start_state(data)
+        language = cls._goal_language()
         if language is not None:
             return language.parse_start_state(data)
         return None if checked is None else checked.model_dump(exclude_none=True)

@@ -477,7 +477,7 @@ def probe_scoring(model: str, options: OpenAIOptions, needs: Mapping[str, Sequen
     answered: no echo, no prompt log-probs, or log-probs shifted by one token
     (:meth:`OpenAILanguageModel._check_alignment`, which the probe's text is long enough for). Nothing is
     asked in chat mode (refused already by the declared capabilities) or when no planner
-    scores. The probe of ``groundplan.llm.LLM_PROBES`` for this backend, called once per config load
+    scores. :meth:`OpenAIOptions.probe <groundplan.llm.options.OpenAIOptions.probe>`, called once per config load
     (``groundplan.config.probe_llm_needs``), before any episode."""
     labels = list(needs.get("score") or ())
     if not labels or not options.capabilities.score:

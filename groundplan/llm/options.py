@@ -6,8 +6,9 @@ Each class also declares what its backend can do (``capabilities``, an
 backend lacks is refused at load time rather than failing mid-sweep."""
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -15,7 +16,31 @@ from groundplan.llm.base import LLMCapabilities
 from groundplan.llm.loading import DEFAULT_EMBEDDER
 
 
-class HFOptions(BaseModel):
+class BackendOptions(BaseModel):
+    """Base of an LLM backend's typed options: what the backend declares it can do with these options
+    (:attr:`capabilities`), checked when a config loads, and what only its server can tell
+    (:meth:`probe`), asked once before a config runs."""
+
+    #: ``"module:function"`` that asks the server behind these options what :attr:`capabilities` cannot
+    #: know, called as ``function(model, options, needs)``; imported on first use, like the backends (the
+    #: backend module imports its options); None: an in-process backend, nothing to ask
+    prober: ClassVar[str | None] = None
+
+    @property
+    def capabilities(self) -> LLMCapabilities:
+        raise NotImplementedError
+
+    def probe(self, model: str, needs: Mapping[str, Sequence[str]]) -> None:
+        """Ask the server behind these options, once, whether it does what ``needs`` (capability -> the
+        labels of the planners that need it) asks, through :attr:`prober`; it raises InvalidInputError
+        saying what the server answered."""
+        if self.prober is None:
+            return
+        module, function = self.prober.split(":")
+        getattr(importlib.import_module(module), function)(model, self, needs)
+
+
+class HFOptions(BackendOptions):
     """Options of the Hugging Face engine (:class:`groundplan.llm.hf.HFLanguageModel`); the model itself is
     ``llm.model``."""
 
@@ -41,13 +66,14 @@ class HFOptions(BaseModel):
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class OpenAIOptions(BaseModel):
+class OpenAIOptions(BackendOptions):
     """Options of the OpenAI-compatible HTTP backend (:class:`groundplan.llm.openai_backend.OpenAILanguageModel`):
     any server that speaks the OpenAI API (vLLM, llama.cpp, TGI, a hosted API, ``groundplan serve``).
     The model is ``llm.model``, sent as each request's ``model``; the API key is never in a config, only
     the *name* of the environment variable that holds it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    prober: ClassVar[str | None] = "groundplan.llm.openai_backend:probe_scoring"
 
     base_url: str = Field("http://127.0.0.1:8000/v1", description="the API's root, ending in /v1 (requests go to "
                           "<base_url>/completions, /chat/completions, /embeddings)")
@@ -97,6 +123,7 @@ class OpenAIOptions(BaseModel):
         """What each mode can do with a server that implements the API: completions mode scores (echo +
         logprobs) and samples; chat mode only samples. Neither can run the token-level beam search (it
         needs the model's distribution at every step). Whether the server at ``base_url`` echoes log-probs
-        is not known from the config: :func:`groundplan.llm.probe_backend` asks it."""
+        is not known from the config: :meth:`probe` asks it (:func:`groundplan.llm.openai_backend.probe_scoring`)."""
         return LLMCapabilities(score=self.mode == "completions", generate=True, beam_search=False,
                                prompt_logprobs=False)
+

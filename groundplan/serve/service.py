@@ -143,9 +143,8 @@ class PlannerService:
         label = self._label(request.get("planner"))
         max_steps = self._max_steps(request.get("max_steps"))
         env_spec = self.config.env_spec(request.get("env") or "kitchen")
-        _check_start_state(ENVS.get(env_spec.name), request.get("start_state"))  # before any env is built
+        start_state = _start_state(ENVS.get(env_spec.name), request.get("start_state"))  # before any env is built
         env = make_env(env_spec)
-        start_state = _start_state(env, request.get("start_state"))
         task_id = request.get("task_id")
         if task_id:
             matches = [t for t in env.tasks() if t.task_id == task_id]
@@ -262,24 +261,15 @@ class PlannerService:
             self._live.clear()
 
 
-def _check_start_state(env_class: type[Env], data: Any) -> None:
-    """A request's ``start_state`` against its env's schema (:meth:`Env.check_start_state`), from the env
-    class alone: a malformed one is refused before any env is built (the API already answered 422 for one;
-    this keeps the service safe for any other caller)."""
-    try:
-        env_class.check_start_state(data)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"start_state: {exc}") from None
-
-
-def _start_state(env: Any, data: Any) -> dict[str, Any] | None:
+def _start_state(env_class: type[Env], data: Any) -> dict[str, Any] | None:
     """A request's ``start_state``, validated by the env's own parser (the one task files use: the schema,
-    then what needs the env's data), so a bad one is refused naming the field before an episode starts;
-    None when none was given."""
+    then what needs the env's data) from the env class alone, so a bad one is refused naming the field
+    before any env is built (the API already answered 422 for a schema error; this keeps the service
+    safe for any other caller); None when none was given."""
     if data is None:
         return None
     try:
-        return env.parse_start_state(data)
+        return env_class.parse_start_state(data)
     except InvalidInputError as exc:
         raise InvalidInputError(f"start_state: {exc}") from None
 

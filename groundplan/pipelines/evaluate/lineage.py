@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Task
+from groundplan.envs import ENVS
 from groundplan.envs.base import Env
 from groundplan.envs.splits import instruction_key, visible_signature
 from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, TrainedModels, load_lineage, overlap
@@ -34,9 +35,7 @@ class LineageError(InvalidInputError):
 def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
     """Planner label → the lineages of what it reads before the test (prompt examples and trained
     models), each loaded once."""
-    from groundplan.grounding import AFFORDANCES
     from groundplan.grounding.canpay.model import resolve_model_folder
-    from groundplan.planners import PLANNERS
 
     models: dict[tuple[str, str | None], Lineage] = {}
 
@@ -54,54 +53,53 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
     for spec in cfg.planners:
         for variant in spec.variants():
             found: list[Lineage] = []
-            options = PLANNERS.config_class(variant.name).model_validate(variant.options)
+            options, grounding = variant.planner_options, variant.grounding_options
             if isinstance(options, PromptExamples):
                 found.append(options.prompt_lineage())
-            if variant.affordance is not None:
-                source = AFFORDANCES.config_class(variant.affordance)
-                grounding = source.model_validate(variant.affordance_options) if source else None
-                if isinstance(grounding, TrainedModels):
-                    found += [model_lineage(uri, grounding.models_tracking_uri())
-                              for uri in grounding.trained_models().values()]
+            if isinstance(grounding, TrainedModels):
+                found += [model_lineage(uri, grounding.models_tracking_uri())
+                          for uri in grounding.trained_models().values()]
             if found:
                 out[variant.display] = found
     return out
 
 
-def task_keys(env: Env, tasks: Iterable[Task], seeds: Iterable[int]) -> list[tuple[str, str, str]]:
+def task_keys(cfg: EvalConfig, tasks: Iterable[Task], by: str, env: Env | None = None) -> list[tuple[str, str, str]]:
     """(task id, visible signature, normalised instruction) of each test task, from what the model reads:
     the env's own first observation (``metadata["signature"]`` where the env computed it when drawing
-    the task from that observation; else a reset per seed). An env split by task name needs only the
-    instruction."""
-    by_instruction = env.capabilities.disjoint_by == "instruction"
+    the task from that observation; else a reset per seed, in ``env`` or, built only then, the config's).
+    ``by`` is the env class's ``capabilities.disjoint_by``: an env split by task name (``"instruction"``)
+    needs only the instruction."""
     out = []
     for t in tasks:
         instr = instruction_key(t.instruction)
-        if by_instruction:
+        if by == "instruction":
             out.append((t.task_id, "", instr))
         elif "signature" in t.metadata:
             out.append((t.task_id, t.metadata["signature"], instr))
         else:
-            out += [(t.task_id, visible_signature(t.instruction, env.reset(t, s).text), instr) for s in seeds]
+            if env is None:
+                from groundplan.factory import make_env
+
+                env = make_env(cfg.env)
+            out += [(t.task_id, visible_signature(t.instruction, env.reset(t, s).text), instr) for s in cfg.seeds]
     return out
 
 
 def check_sweep_lineage(cfg: EvalConfig, specs: Sequence[Any]) -> int:
-    """:func:`check_lineage` on the tasks of a sweep's episodes (``EpisodeSpec``), with the config's env."""
-    from groundplan.factory import make_env
-
-    tasks = list({s.task.task_id: s.task for s in specs}.values())
-    return check_lineage(cfg, make_env(cfg.env), tasks) if tasks else 0
+    """:func:`check_lineage` on the tasks of a sweep's episodes (``EpisodeSpec``)."""
+    return check_lineage(cfg, list({s.task.task_id: s.task for s in specs}.values()))
 
 
-def check_lineage(cfg: EvalConfig, env: Env, tasks: list[Task]) -> int:
+def check_lineage(cfg: EvalConfig, tasks: list[Task], env: Env | None = None) -> int:
     """Raise :class:`LineageError` naming the test tasks that a planner's prompt or trained models read
-    before the test; returns how many (planner, lineage) pairs were checked."""
+    before the test; returns how many (planner, lineage) pairs were checked. No env is built unless a
+    planner has a lineage and a task's first observation must be read by a reset (``env``, if given)."""
     lineages = planner_lineages(cfg)
     if not lineages:
         return 0
-    keys = task_keys(env, tasks, cfg.seeds)
-    by = env.capabilities.disjoint_by
+    by = ENVS.get(cfg.env.name).capabilities.disjoint_by
+    keys = task_keys(cfg, tasks, by, env)
     checked = 0
     problems: list[str] = []
     for label, found in lineages.items():
