@@ -361,6 +361,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eai(args: argparse.Namespace) -> int:
+    from groundplan.pipelines.eai.score import EAIScoreConfig, score
+
+    models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
+    config = EAIScoreConfig(output=Path(args.output), models=models, semantics=args.semantics,
+                            responses=Path(args.responses) if args.responses else None,
+                            count_corrections=not args.no_corrections)
+    result = score(config)
+    console.print(result["text"], markup=False, highlight=False, soft_wrap=True)
+    console.print(f"verdicts, summary and table: {args.output}", markup=False)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
@@ -510,6 +523,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8001)
     v.set_defaults(func=cmd_view)
+
+    ea = sub.add_parser("eai", help="the Embodied Agent Interface's VirtualHome action sequencing, scored from "
+                        "stored outputs by groundplan's judge")
+    ea_sub = ea.add_subparsers(dest="eai_command", required=True)
+    es = ea_sub.add_parser("score", help="score the stored LLM outputs under the official and corrected semantics: "
+                           "per-task verdicts (JSONL) and per-model table with 95%% intervals")
+    es.add_argument("--models", default=None, metavar="MODEL,MODEL", help="stored models (default: all 15)")
+    es.add_argument("--semantics", choices=["official", "corrected", "both"], default="both")
+    es.add_argument("--output", required=True, help="folder for verdicts.jsonl, summary.json, table.txt")
+    es.add_argument("--responses", default=None, help="folder of <model>_outputs.json (default: the package's)")
+    es.add_argument("--no-corrections", action="store_true", help="skip counting each correction alone")
+    es.set_defaults(func=cmd_eai)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances, LLM backends, datasets, measures")
     ls.add_argument("--options", action="store_true", help="also every plugin's options with defaults and descriptions")

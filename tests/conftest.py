@@ -88,6 +88,28 @@ def tiny_encoder(tmp_path_factory):
     return str(folder)
 
 
+def tiny_llama_lm(folder: Path, seed: int):
+    """An HFLanguageModel over a 2-layer random Llama with SmolLM2's tokenizer, saved in ``folder``; its
+    logits sharpened (x40) so greedy choices and beams differ clearly. Fast and deterministic per seed."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from groundplan.llm.hf import HFLanguageModel
+    from groundplan.llm.loading import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m-instruct"))
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return HFLanguageModel(model=str(folder), dtype="float32", device_map=None)
+
+
 @pytest.fixture(scope="module")
 def chaos():
     """``benchmarks/chaos.py`` as the module ``chaos``: the fault injector, its reading of Ray's actor table

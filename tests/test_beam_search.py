@@ -14,6 +14,7 @@ from groundplan.llm.beam_search import (
     propose,
     reference_beam_search,
 )
+from tests.conftest import tiny_llama_lm
 
 PROMPT = "[Goal] bring me a coke can.\n[Initial State] The robot is at the user.\n[Step 1]"
 
@@ -21,23 +22,7 @@ PROMPT = "[Goal] bring me a coke can.\n[Initial State] The robot is at the user.
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):
     """An HFLanguageModel over a 2-layer random Llama with SmolLM2's tokenizer (fast, deterministic)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from groundplan.llm.hf import HFLanguageModel
-    from groundplan.llm.loading import resolve_model_path
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tok = AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m-instruct"))
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
-    model = LlamaForCausalLM(cfg)
-    with torch.no_grad():  # sharpen the random logits so beams differ clearly
-        model.lm_head.weight.mul_(40.0)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return HFLanguageModel(model=str(folder), dtype="float32", device_map=None)
+    return tiny_llama_lm(tmp_path_factory.mktemp("tiny-llama"), seed=0)
 
 
 def _key(cands):

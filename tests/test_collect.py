@@ -127,3 +127,24 @@ def test_ray_pool_reruns_the_episode_of_a_dead_worker(tmp_path, ray_local):
     assert marker.exists() and r.reruns == 1 and not r.errors
     ids = load_trajectories(cfg.data_dir).column("traj_id").to_pylist()
     assert sorted(ids) == sorted(i.traj_id for i in plan_items(cfg)) and len(ids) == len(set(ids)) == 8
+
+
+def test_resume_refuses_a_store_collected_for_other_tasks(tmp_path):
+    """A trajectory id names a task by its index in the split; a store whose row under an id holds another
+    instruction (collected with other env options) is refused before anything runs, naming the id."""
+    import pyarrow.parquet as pq
+
+    from groundplan.pipelines.collect.collect import StaleDataError
+
+    cfg = config(tmp_path)
+    run_collect(cfg, progress=False)
+    shard = sorted(cfg.data_dir.glob("part-*.parquet"))[0]
+    table = pq.read_table(shard)
+    goals = table.column("goal").to_pylist()
+    changed_id = table.column("traj_id")[0].as_py()
+    goals[0] = goals[0] + " and then open the door"
+    pq.write_table(table.set_column(table.schema.get_field_index("goal"), "goal", pa.array(goals)), shard)
+    with pytest.raises(StaleDataError, match="1 trajectories") as err:
+        run_collect(cfg, progress=False)
+    assert changed_id in str(err.value)
+    assert run_collect(cfg, progress=False, fresh=True).appended == 16  # --fresh starts over

@@ -119,14 +119,14 @@ def test_splice_is_used_for_byte_level_bpe_and_falls_back_when_its_check_fails(l
     before = lm.stats.splice_fallbacks
     lm._joint_encodings(PROMPT, OPTIONS)
     assert lm.stats.splice_fallbacks == before
-    import groundplan.llm.hf as hf
+    import groundplan.llm.hf_tokens as hf_tokens
 
-    real = hf._tokens_before
+    real = hf_tokens._tokens_before
 
     def wrong_head(offsets, cut):
         return real(offsets, cut) - 1  # a head one token short: the first option's check must catch it
 
-    monkeypatch.setattr(hf, "_tokens_before", wrong_head)
+    monkeypatch.setattr(hf_tokens, "_tokens_before", wrong_head)
     got = lm._joint_encodings(PROMPT, OPTIONS)
     assert lm.stats.splice_fallbacks == before + 1
     assert [g[0].tolist() for g in got] == [j[0].tolist() for j in lm._joint_encodings(PROMPT, OPTIONS, splice=False)]

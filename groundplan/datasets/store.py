@@ -85,15 +85,23 @@ def recover(folder: str | Path) -> int:
 
 def finished_ids(folder: str | Path, recover_first: bool = True) -> set[str]:
     """``traj_id``s stored in ``folder`` (after recovering leftover journals)."""
+    return set(stored_goals(folder, recover_first))
+
+
+def stored_goals(folder: str | Path, recover_first: bool = True) -> dict[str, str]:
+    """``traj_id`` → the instruction (``goal``) stored with it, for every trajectory in ``folder``
+    (after recovering leftover journals). A resumed run compares these with the tasks it would run:
+    an id names a task by its place in the split, so a changed split must not pass for a stored one."""
     folder = Path(folder)
     if not folder.exists():
-        return set()
+        return {}
     if recover_first:
         recover(folder)
-    ids: set[str] = set()
+    goals: dict[str, str] = {}
     for shard in shard_files(folder):
-        ids.update(pq.read_table(shard, columns=["traj_id"]).column("traj_id").to_pylist())
-    return ids
+        t = pq.read_table(shard, columns=["traj_id", "goal"])
+        goals.update(zip(t.column("traj_id").to_pylist(), t.column("goal").to_pylist()))
+    return goals
 
 
 class ShardWriter:

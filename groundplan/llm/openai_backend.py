@@ -6,7 +6,7 @@ GPT-3: one completions request per ``prompt + option`` with ``echo: true``,
 ``logprobs: 1`` and ``max_tokens: 0``, so the server returns the log-probability of every token of the
 joint text, and the option's log-probability is the sum over its own tokens. An option's tokens are the
 ones whose character span ends past the prompt, the rule the in-process engine uses
-(:mod:`groundplan.llm.hf`): where no token straddles the prompt's end that is exactly the demo's
+(:mod:`groundplan.llm.hf_tokens`): where no token straddles the prompt's end that is exactly the demo's
 ``text_offset >= len(prompt)``; where one does (a merge across the boundary, "pine" + "apple"), the
 straddling token is the option's, as it is in-process, so both backends score the same tokens and their
 decisions are comparable. Sum, mean and count fill :class:`~groundplan.llm.base.OptionScore` as the

@@ -27,7 +27,7 @@ class CacheEntry:
 
     ``kv`` holds per layer a (keys, values) pair of buffers [1, heads, capacity, head_dim] whose first
     ``len(tokens)`` positions are this entry's state; the rest is headroom that a later forward over
-    this prefix writes into in place (see ``groundplan.llm.hf``), so the prefix is never re-copied.
+    this prefix writes into in place (see ``groundplan.llm.hf_kv``), so the prefix is never re-copied.
     """
 
     tokens: np.ndarray

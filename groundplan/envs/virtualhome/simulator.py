@@ -59,15 +59,21 @@ def _resources() -> tuple[Any, Any, Any]:
     return utils.load_name_equivalence(), utils.load_properties_data(), utils.load_object_placing()
 
 
-def construct(script_id: str, scene: int = 1) -> Any:
-    """A ``MotionPlanner`` for one program, through the package's ``construct_planner`` (~100 ms)."""
+def construct_planner(script_id: str, scene: int = 1) -> tuple[Any, list[int], list[str], str, str]:
+    """Everything the package's ``construct_planner`` returns for one program (~100 ms): the
+    ``MotionPlanner``, the ids its script names, the script with ids (``[WALK] <bedroom> (67)``, the
+    form EAI's evaluator compares a prediction with), the task name and description."""
     from virtualhome_eval.simulation.evolving_graph import eval_utils
 
     names, props, placing = _resources()
-    planner, *_ = eval_utils.construct_planner(
+    return eval_utils.construct_planner(
         names, props, placing, scenegraph_id=scene, script_id=script_id, dataset_root=str(dataset_root())
     )
-    return planner
+
+
+def construct(script_id: str, scene: int = 1) -> Any:
+    """A ``MotionPlanner`` for one program, through the package's ``construct_planner`` (~100 ms)."""
+    return construct_planner(script_id, scene)[0]
 
 
 @dataclass
@@ -123,13 +129,11 @@ def candidate_ids(state: Any, class_name: str, char_id: int) -> list[int]:
     return sorted(nodes, key=rank)
 
 
-def execute_line(state: Any, line: str) -> tuple[bool, Any, str, int | None]:
-    """One id-level script line on ``state`` (not modified): (success, next state, reason, error type).
-
-    The same calls as ``MotionPlanner.my_execute_primitive_action_eval``; an exception from the
-    package (an unknown id, an action without executor) becomes a failure with its message. The error
-    type is the executor's ``ExecutionInfo.get_error_type()`` (4: the effect already holds).
-    """
+def execute_line_info(state: Any, line: str) -> tuple[Any, Any, Exception | None]:
+    """One id-level script line on ``state`` (not modified): (next state or None, the executor's
+    ``ExecutionInfo``, the exception the package raised or None). The info keeps what a judge needs
+    beyond success: the error type and the missing preconditions (EAI's ``TemporalOrderChecker``
+    reads them to tell a wrong order from a missing step)."""
     from virtualhome_eval.simulation.evolving_graph.execution import (
         ExecutionInfo,
         ScriptExecutor,
@@ -142,8 +146,20 @@ def execute_line(state: Any, line: str) -> tuple[bool, Any, str, int | None]:
     info = ExecutionInfo(eval_mode=True)
     try:
         script = Script([parse_script_line(line, 1)])
-        next_state = next(ScriptExecutor.call_action_method(script, state, info, 0), None)
+        return next(ScriptExecutor.call_action_method(script, state, info, 0), None), info, None
     except Exception as exc:  # the package raises on unknown ids and unsupported actions
+        return None, info, exc
+
+
+def execute_line(state: Any, line: str) -> tuple[bool, Any, str, int | None]:
+    """One id-level script line on ``state`` (not modified): (success, next state, reason, error type).
+
+    The same calls as ``MotionPlanner.my_execute_primitive_action_eval``; an exception from the
+    package (an unknown id, an action without executor) becomes a failure with its message. The error
+    type is the executor's ``ExecutionInfo.get_error_type()`` (4: the effect already holds).
+    """
+    next_state, info, exc = execute_line_info(state, line)
+    if exc is not None:  # the package raises on unknown ids and unsupported actions
         return False, state, f"{type(exc).__name__}: {exc}", None
     if next_state is None:
         reason = info.get_error_string() or f"the preconditions of {line} do not hold"

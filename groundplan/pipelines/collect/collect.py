@@ -25,7 +25,8 @@ from groundplan.actors.collect_worker import CollectItem, CollectWorker
 from groundplan.actors.pool import ActorPool, is_app_error
 from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
-from groundplan.datasets.store import ShardWriter, finished_ids, load_trajectories, prompt_examples
+from groundplan.core.errors import InvalidInputError
+from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
 from groundplan.envs import ENVS
 from groundplan.pipelines.collect.config import CollectConfig
 from groundplan.actors.cluster import connect
@@ -84,6 +85,24 @@ def plan_items(cfg: CollectConfig) -> list[CollectItem]:
     return items
 
 
+class StaleDataError(InvalidInputError):
+    """The store holds trajectories under this run's ids whose tasks are not this run's tasks."""
+
+
+def check_stored_tasks(items: list[CollectItem], stored: dict[str, str], data_dir: Path) -> None:
+    """Refuse to resume onto a store whose trajectories were collected for other tasks under the same
+    ids (a trajectory id names a task by its index in the split, and a split's draw changes with its
+    options, e.g. the train size its test tasks are kept apart from). Kept silently, they would be
+    trained and evaluated on as if they were this config's tasks."""
+    stale = [it.traj_id for it in items if it.traj_id in stored and stored[it.traj_id] != it.task.instruction]
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise StaleDataError(
+            f"{data_dir} holds {len(stale)} trajectories whose instruction differs from this config's task of "
+            f"the same id ({shown}): they were collected with other env options. Collect into another "
+            f"output_dir, or rerun with --fresh to delete the stored shards.")
+
+
 def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = False,
                 stop_after: int | None = None, fault: dict[str, str] | None = None) -> CollectResult:
     """Collect every trajectory of ``cfg`` not stored yet; returns what this run did.
@@ -106,7 +125,8 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
             f.unlink()
     start = time.perf_counter()
     items = plan_items(cfg)
-    done = finished_ids(data_dir)
+    done = stored_goals(data_dir)
+    check_stored_tasks(items, done, data_dir)
     todo = [it for it in items if it.traj_id not in done]
     result = CollectResult(data_dir=data_dir, appended=0, skipped=len(items) - len(todo))
     log.info("collect %s: %d trajectories, %d stored, %d to run", cfg.name, len(items), result.skipped, len(todo))

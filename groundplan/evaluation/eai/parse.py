@@ -1,0 +1,59 @@
+"""An LLM's answer to EAI's prompt → the action sequence it wrote.
+
+EAI asks for a JSON object whose keys are action names and values the object lists, "the order they
+appear in the json dictionary" being the execution order (the prompt's own example, ``{'FIND':['sink'],
+'PUTBACK':['cup', 'sink']}``). The text is cleaned as the evaluator cleans it: a leading fence
+```` ```json ```` cut, whitespace stripped, newlines removed and every ``'`` turned into ``"``. Then:
+
+- official: ``json.loads``; a repeated key keeps its first position and its last value;
+- corrected (``repeated_keys``): every (key, value) pair in order, via ``object_pairs_hook``.
+
+The judge takes the resulting steps, so a planner that writes a sequence some other way (one step at a
+time) gives the judge the steps directly, with no text to parse.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+#: parse error kinds: not JSON (the evaluator counts it twice), and JSON but nothing to execute
+INVALID_JSON = "invalid_json"
+EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """The steps (action, arguments as written) in order, or the parse error kind."""
+
+    steps: tuple[tuple[str, tuple[Any, ...]], ...] | None
+    error: str | None = None
+
+
+def clean(text: str) -> str:
+    """The evaluator's cleaning, step for step."""
+    if text.startswith("```json"):
+        text = text[7:]
+    return text.strip().replace("\n", "").replace("'", '"')
+
+
+def _as_args(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
+def parse_output(text: str, repeated_keys: bool) -> ParsedOutput:
+    """Parse one answer; ``repeated_keys`` keeps every key-value pair (see the module)."""
+    cleaned = clean(text)
+    try:
+        data = json.loads(cleaned, object_pairs_hook=list) if repeated_keys else json.loads(cleaned)
+    except ValueError:
+        return ParsedOutput(None, INVALID_JSON)
+    if isinstance(data, dict):
+        pairs = list(data.items())
+    elif repeated_keys and isinstance(data, list) and all(isinstance(p, tuple) for p in data):
+        pairs = data
+    else:  # JSON, but not an object (the evaluator would fail on it): nothing it could execute
+        return ParsedOutput(None, INVALID_JSON)
+    if not pairs:
+        return ParsedOutput(None, EMPTY)
+    return ParsedOutput(tuple((str(k), _as_args(v)) for k, v in pairs))

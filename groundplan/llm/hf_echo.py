@@ -1,0 +1,179 @@
+"""Per-token prompt log-probs for the Hugging Face engine: what an OpenAI-style server returns for ``echo``
+with ``logprobs``, SayCan's scoring pattern over HTTP.
+
+They take the option-scoring path (:mod:`groundplan.llm.hf_scoring`): texts that share a token prefix
+are one request whose context is that prefix (prefix-cached) and whose options are the rest of each text,
+packed after it. The context's own positions need their log-probs too, which plain key/values cannot
+give, so a context computed this way is cached as a :class:`ScoredEntry` that also keeps each position's
+log-prob and top tokens (in a prefix cache of its own, ``scored_cache``, so plain entries never shadow
+them); since position j's log-probs depend only on tokens 0..j, a later text sharing m tokens with it
+reuses them up to m, as it reuses the key/values, and pays only for its new tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.base import PromptLogprobs
+from groundplan.llm.hf_kv import KV
+from groundplan.llm.hf_scoring import PackedScorer, Prepared
+from groundplan.llm.hf_tokens import OptionPlan
+from groundplan.llm.prefix_cache import CacheEntry, PrefixCache, common_prefix_len
+
+#: most alternatives per position ``prompt_logprobs`` returns (the OpenAI API's limit for ``logprobs``)
+TOP_LOGPROBS = 5
+#: positions whose vocabulary logits are computed at once when a context needs all of them
+_LOGIT_CHUNK = 256
+#: tokens of a text that must agree for ``prompt_logprobs`` to score it with others as one request
+_GROUP_KEY = 32
+#: context tokens ``prompt_logprobs`` may pack again per text to reuse a cached context exactly
+_PACK_SLACK = 32
+
+
+@dataclass
+class ScoredEntry(CacheEntry):
+    """A prefix-cache entry that also holds, at every position j >= 1, log p(token j | tokens < j) and the
+    ``TOP_LOGPROBS`` most likely tokens there (ids and log-probs); position 0 is unused. Kept in the
+    engine's ``scored_cache`` for :meth:`EchoScorer.context_positions`."""
+
+    token_lp: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    top_ids: np.ndarray = field(default_factory=lambda: np.zeros((0, TOP_LOGPROBS), dtype=np.int64))
+    top_lp: np.ndarray = field(default_factory=lambda: np.zeros((0, TOP_LOGPROBS), dtype=np.float32))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.nbytes += self.token_lp.nbytes + self.top_ids.nbytes + self.top_lp.nbytes
+
+
+class EchoScorer:
+    """``prompt_logprobs`` over a :class:`~groundplan.llm.hf_scoring.PackedScorer` (its tokeniser,
+    key/value context, counters and lock) and a prefix cache of :class:`ScoredEntry` (``scored_cache``)."""
+
+    def __init__(self, scorer: PackedScorer, scored_cache: PrefixCache) -> None:
+        self.scorer = scorer
+        self.scored_cache = scored_cache
+
+    def context_positions(self, ctx: np.ndarray) -> tuple[KV, torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`~groundplan.llm.hf_kv.KVContext.context` that also returns each context position's
+        log-prob and top tokens (arrays indexed by position; 0 unused), reusing a :class:`ScoredEntry`'s
+        up to the shared prefix: only the positions after it (and the one before, whose logits predict the
+        first new token) run."""
+        kvc, stats = self.scorer.kv, self.scorer.stats
+        c = len(ctx)
+        entry, m = self.scored_cache.lookup(ctx, prefer_shortest=True)
+        scored = isinstance(entry, ScoredEntry)
+        if scored and m == c == len(entry):
+            return entry.kv, entry.last_logits, entry.token_lp, entry.top_ids, entry.top_lp
+        start = max(min(m, c) - 1, 0) if scored else 0
+        kv = kvc.empty_buffers(c + kvc.max_pack_tokens)
+        token_lp = np.zeros(c, dtype=np.float32)
+        top_ids = np.zeros((c, TOP_LOGPROBS), dtype=np.int64)
+        top_lp = np.zeros((c, TOP_LOGPROBS), dtype=np.float32)
+        if start > 0:
+            for (k, v), (ek, ev) in zip(kv, entry.kv):
+                k[:, :, :start] = ek[:, :, :start]
+                v[:, :, :start] = ev[:, :, :start]
+            token_lp[:start + 1] = entry.token_lp[:start + 1]
+            top_ids[:start + 1] = entry.top_ids[:start + 1]
+            top_lp[:start + 1] = entry.top_lp[:start + 1]
+        ids = torch.as_tensor(ctx[start:], device=kvc.device).unsqueeze(0)
+        positions = torch.arange(start, c, device=kvc.device).unsqueeze(0)
+        cache = kvc.new_cache(kv, start)
+        parts = kvc.head()
+        if parts is not None:
+            body, head = parts
+            hidden = body(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        else:
+            logits_all = kvc.model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True).logits[0]
+        last = None
+        for a in range(0, c - start, _LOGIT_CHUNK):
+            b = min(a + _LOGIT_CHUNK, c - start)
+            if parts is not None:
+                logits = kvc.head_logits(head, hidden[a:b])
+            else:
+                logits = logits_all[a:b].float()
+            if b == c - start:
+                last = logits[-1].clone()
+            rows = b - a if b < c - start else b - a - 1  # the last position predicts the token after the context
+            if rows <= 0:
+                continue
+            lp = torch.log_softmax(logits[:rows], dim=-1)
+            targets = torch.as_tensor(ctx[start + a + 1:start + a + 1 + rows], device=lp.device)
+            where = slice(start + a + 1, start + a + 1 + rows)
+            token_lp[where] = lp.gather(1, targets.unsqueeze(1)).squeeze(1).cpu().numpy()
+            tv, ti = lp.topk(TOP_LOGPROBS, dim=-1)
+            top_ids[where], top_lp[where] = ti.cpu().numpy(), tv.cpu().numpy()
+        stats.forward_tokens += c - start
+        stats.logit_positions += c - start
+        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+        self.scored_cache.insert(ScoredEntry(tokens=np.array(ctx), kv=kv, last_logits=last, token_lp=token_lp,
+                                             top_ids=top_ids, top_lp=top_lp))
+        return kv, last, token_lp, top_ids, top_lp
+
+    @torch.inference_mode()
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+        """Every token of each prompt (a text, or token ids) with its log-prob given the tokens before it
+        (None for the first) and the ``top_k`` most likely tokens at each position: the OpenAI API's
+        ``echo`` with ``logprobs``, which SayCan's public demo scored options with.
+
+        Computed as option scoring is (module doc): prompts whose first tokens agree are one request whose
+        context is their shared token prefix, from the prefix cache, with each prompt's remaining tokens
+        packed after it as an option; the context's own positions come from a cached
+        :class:`ScoredEntry` where one shares the prefix. So scoring ``prompt + option`` for every option,
+        one text each, costs about what ``score`` costs, not one full forward per text; the
+        log-probs equal a full forward's within float32 rounding (~1e-5)."""
+        if not 0 <= int(top_k) <= TOP_LOGPROBS:
+            raise InvalidInputError(f"top_k must be between 0 and {TOP_LOGPROBS}, got {top_k}")
+        tokens = self.scorer.tokens
+        encoded = [tokens.prompt_tokens(p) for p in prompts]
+        lps: list[list[float | None]] = [[None] for _ in encoded]
+        tops: list[list[tuple[tuple[str, float], ...]]] = [[()] for _ in encoded]
+        groups: dict[bytes, list[int]] = {}
+        for i, (_, ids, _) in enumerate(encoded):
+            if len(ids) > 1:
+                groups.setdefault(ids[:min(_GROUP_KEY, len(ids) - 1)].tobytes(), []).append(i)
+        with self.scorer.lock:
+            for members in groups.values():
+                seqs = [encoded[i][1] for i in members]
+                c = self.group_context(seqs)
+                ctx = seqs[0][:c]
+                kv, last, ctx_lp, ctx_ids, ctx_top = self.context_positions(ctx)
+                pr = Prepared([""] * len(seqs), [OptionPlan(s[c:], 0) for s in seqs], kv, c,
+                              torch.log_softmax(last, dim=-1))
+                tail_lps, tail_tops = self.scorer.packed(pr, TOP_LOGPROBS if top_k else 0)
+                for i, tl, tt in zip(members, tail_lps, tail_tops):
+                    lps[i] += [float(v) for v in ctx_lp[1:c]] + list(tl)
+                    if top_k:
+                        tops[i] += [self.top(ctx_ids[j], ctx_top[j], top_k) for j in range(1, c)]
+                        tops[i] += [self.top(ids_, vals, top_k) for ids_, vals in tt]
+                    else:
+                        tops[i] += [()] * (len(encoded[i][1]) - 1)
+            self.scorer.stats.prompt_logprob_texts += len(encoded)
+        return [PromptLogprobs(text=text, token_ids=tuple(int(t) for t in ids),
+                               tokens=tuple(tokens.token_text(int(t)) for t in ids), offsets=tuple(offs),
+                               logprobs=tuple(lp), top=tuple(top))
+                for (text, ids, offs), lp, top in zip(encoded, lps, tops)]
+
+    def group_context(self, seqs: list[np.ndarray]) -> int:
+        """How many leading tokens of a group of texts to treat as their shared context: all they share
+        (leaving each at least one token to pack), or, when a cached :class:`ScoredEntry` already holds
+        all but a few of those, just what it holds, so the context is an exact cache hit (no forward, no
+        copy) and the few others are packed with each text. A lone ``prompt + option`` text, the
+        OpenAI-style client's one request per option, thereby reuses the prompt an earlier option's text
+        left in the cache, as ``score`` reuses it for every option."""
+        c = min(len(s) for s in seqs) - 1
+        for s in seqs[1:]:
+            c = min(c, common_prefix_len(seqs[0], s))
+        entry, m = self.scored_cache.lookup(seqs[0][:c], prefer_shortest=True)
+        if isinstance(entry, ScoredEntry) and 1 <= m < c and (c - m) * max(len(seqs) - 1, 1) <= _PACK_SLACK:
+            return m
+        return c
+
+    def top(self, ids: np.ndarray, values: np.ndarray, k: int) -> tuple[tuple[str, float], ...]:
+        """The first ``k`` (token text, log-prob) pairs of a position's most likely tokens."""
+        tokens = self.scorer.tokens
+        return tuple((tokens.token_text(int(i)), float(v)) for i, v in zip(ids[:k], values[:k]))

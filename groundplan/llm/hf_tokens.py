@@ -1,0 +1,181 @@
+"""Tokenisation at the boundary between a prompt and an option, for the Hugging Face engine.
+
+An option's tokens are those it gets inside ``prompt + option``, i.e. every token of the joint encoding
+whose character span ends past the prompt (a leading space or a merge across the boundary included),
+conditioned on the joint encoding's own prompt tokens: 'pine' + 'apple' is scored as the tokens the joint
+text has, not as the tokens of 'apple' alone. For byte-level BPE tokenizers the joint encodings are built
+by encoding the prompt once and only its last line with each option (checked against one true joint
+encoding per call; see :meth:`BoundaryTokenizer.joint_encodings`).
+
+Also here: a text's (or token ids') tokens with each token's character offset, what per-token prompt
+log-probs (:mod:`groundplan.llm.hf_echo`) report, and the decoded text of a token.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.llm.hf_stats import EngineStats
+
+
+@dataclass
+class OptionPlan:
+    """One option of a score request, after tokenisation."""
+
+    segment: np.ndarray  # tokens after the shared context (context tail + option tokens)
+    scored_from: int  # index in ``segment`` of the first option token
+
+
+class BoundaryTokenizer:
+    """A transformers tokenizer as the engine uses it: joint ``prompt + option`` encodings split at the
+    option boundary, and texts with per-token offsets.
+
+    Args:
+        tokenizer: the model's (fast) tokenizer; offsets need a fast one.
+        stats: the engine's counters (``splice_fallbacks`` is counted here).
+    """
+
+    def __init__(self, tokenizer: Any, stats: EngineStats) -> None:
+        self.tokenizer = tokenizer
+        self.stats = stats
+        self.special = set(tokenizer.all_special_ids)
+        #: whether the last-line splice may be used (byte-level BPE); settable to force joint encodings
+        self.line_splice = _pretokenizes_by_regex(tokenizer)
+        self.eos = {i for i in [tokenizer.eos_token_id] if i is not None}
+        self._token_texts: dict[int, str] = {}
+
+    def encode(self, text: str) -> np.ndarray:
+        """``text``'s token ids, special tokens the tokenizer adds (BOS) included."""
+        return np.asarray(self.tokenizer(text, add_special_tokens=True).input_ids, dtype=np.int64)
+
+    def strip_appended(self, ids: list[int], offs: list[tuple[int, int]]) -> tuple[list[int], list[tuple[int, int]]]:
+        """Drop trailing special tokens some tokenizers append (EOS): they are not the text's."""
+        while len(ids) > 1 and ids[-1] in self.special and tuple(offs[-1]) == (0, 0):
+            ids, offs = ids[:-1], offs[:-1]
+        return ids, offs
+
+    def encoded(self, ids: Sequence[int], offs: Sequence[Sequence[int]], shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, each token's character end + ``shift``) as arrays, appended special tokens dropped."""
+        ids, offs = self.strip_appended(list(ids), [tuple(o) for o in offs])
+        return np.asarray(ids, dtype=np.int64), np.asarray([e for _, e in offs], dtype=np.int64).reshape(-1) + shift
+
+    def joint_encodings(self, prompt: str, options: Sequence[str], splice: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Token ids and each token's character end, of every ``prompt + option`` as the tokenizer
+        encodes the joint text.
+
+        Encoding 51 copies of a 3,000-character prompt costs tens of milliseconds of CPU per SayCan step,
+        more than the step's whole forward on a GPU. So with ``splice`` the prompt is encoded once, cut at
+        the start of its last line (a token boundary), and only ``last line + option`` is encoded per
+        option, after the tokens the first option's joint encoding has before that line (the one full
+        encoding a call makes). That equals the joint encoding when the tokenizer pre-tokenises by a regular expression
+        (byte-level BPE: GPT-2, Llama 3, SmolLM2, Qwen), whose pieces never run from a newline into a
+        line that starts with a non-space character, and merges stay inside a piece; so the splice is used
+        only for such tokenizers (``line_splice``) and such a last line. The first option's spliced
+        encoding is also checked against its joint one on every call; a difference falls back to encoding
+        every option jointly (``stats.splice_fallbacks``)."""
+        joint = [prompt + o for o in options]
+        cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
+        if splice and self.line_splice and cut > 0 and not prompt[cut].isspace() and len(options) > 1:
+            first = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
+            k = _tokens_before(first["offset_mapping"], cut)
+            if k is not None:
+                ids0, ends0 = self.encoded(first["input_ids"], first["offset_mapping"])
+                enc = self.tokenizer([t[cut:] for t in joint], add_special_tokens=False, return_offsets_mapping=True)
+                spliced = []
+                for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
+                    tail_ids, tail_ends = self.encoded(ids, offs, cut)
+                    spliced.append((np.concatenate([ids0[:k], tail_ids]), np.concatenate([ends0[:k], tail_ends])))
+                if np.array_equal(ids0, spliced[0][0]) and np.array_equal(ends0, spliced[0][1]):
+                    return spliced
+                self.stats.splice_fallbacks += 1
+        enc = self.tokenizer(joint, add_special_tokens=True, return_offsets_mapping=True)
+        return [self.encoded(ids, offs) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+
+    def split(self, prompt: str, options: Sequence[str], splice: bool = True) -> tuple[np.ndarray, list[OptionPlan], list[np.ndarray]]:
+        """Tokenise ``prompt + option`` jointly and find each option's own tokens (see the module doc).
+
+        Returns the context shared by all options, each option's segment after it, and each option's
+        full joint encoding (for the reference path, which encodes every option jointly: ``splice=False``)."""
+        if not options:
+            raise InvalidInputError("score() needs at least one option")
+        plen = len(prompt)
+        fulls, firsts = [], []
+        for opt, (ids, ends) in zip(options, self.joint_encodings(prompt, options, splice=splice)):
+            past = np.flatnonzero(ends > plen)
+            first = int(past[0]) if len(past) else None
+            if not opt or first is None:
+                raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
+            if first == 0:
+                raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
+            fulls.append(ids)
+            firsts.append(first)
+        shared = min(firsts)
+        base = fulls[0][:shared]
+        for f in fulls[1:]:
+            neq = np.flatnonzero(f[:shared] != base)
+            if len(neq):
+                shared = int(neq[0])
+                base = base[:shared]
+        if shared == 0:
+            raise InvalidInputError("the options share no prompt tokens to condition on")
+        plans = [OptionPlan(f[shared:], k - shared) for f, k in zip(fulls, firsts)]
+        return base, plans, fulls
+
+    def token_text(self, token_id: int) -> str:
+        """One token decoded on its own (memoised: echo responses decode every token of every text)."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+    def prompt_tokens(self, prompt: str | Sequence[int]) -> tuple[str, np.ndarray, list[int]]:
+        """(text, token ids, each token's character offset in the text) of a text or of token ids."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidInputError("a prompt is empty")
+            enc = self.tokenizer(prompt, add_special_tokens=True, return_offsets_mapping=True)
+            ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+            ids, offs = self.strip_appended(ids, offs)
+            return prompt, np.asarray(ids, dtype=np.int64), [int(o[0]) for o in offs]
+        ids = [int(i) for i in prompt]
+        if not ids:
+            raise InvalidInputError("a prompt is an empty list of token ids")
+        vocab = len(self.tokenizer)
+        bad = [i for i in ids if not 0 <= i < vocab]
+        if bad:
+            raise InvalidInputError(f"token id {bad[0]} is not in this model's vocabulary (0..{vocab - 1})")
+        text = self.tokenizer.decode(ids)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        if list(enc["input_ids"]) == ids:
+            offsets = [int(o[0]) for o in enc["offset_mapping"]]
+        else:  # ids the tokenizer would not produce for this text: offsets by the tokens' own texts
+            offsets = list(np.minimum(np.cumsum([0] + [len(self.token_text(i)) for i in ids[:-1]]), len(text)))
+        return text, np.asarray(ids, dtype=np.int64), [int(o) for o in offsets]
+
+
+def _tokens_before(offsets: Sequence[Sequence[int]], cut: int) -> int | None:
+    """How many leading tokens of an encoding end at or before character ``cut`` (special tokens the
+    tokenizer prepends included), or None when no token boundary lies at ``cut``."""
+    k = 0
+    while k < len(offsets) and offsets[k][1] <= cut and not (k and tuple(offsets[k]) == (0, 0)):
+        k += 1
+    if k == 0 or k == len(offsets) or offsets[k][0] < cut or offsets[k - 1][1] != cut:
+        return None
+    return k
+
+
+def _pretokenizes_by_regex(tokenizer: Any) -> bool:
+    """Whether a fast tokenizer splits text into pieces by a regular expression before merging
+    (byte-level BPE's ``ByteLevel(use_regex=True)``, or a ``Split`` by pattern as Llama 3's), the
+    condition for encoding a prompt's last line apart from the lines before it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    return any((p.get("type") == "ByteLevel" and p.get("use_regex", True)) or
+               (p.get("type") == "Split" and "Regex" in (p.get("pattern") or {})) for p in parts)

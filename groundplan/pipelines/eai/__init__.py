@@ -1,0 +1,1 @@
+"""Scoring stored LLM outputs on EAI's action sequencing (``groundplan eai score``)."""

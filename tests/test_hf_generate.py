@@ -1,0 +1,118 @@
+"""Generation (``groundplan.llm.hf_generate``): packed sampling over the cached prompt and the beam memo, on a
+2-layer random Llama with SmolLM2's tokenizer (fast, deterministic)."""
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+
+from groundplan.llm.base import GenerationParams
+from groundplan.llm.beam_search import BeamSearchParams, reference_beam_search
+from groundplan.llm.hf_generate import BeamMemo, Sampler, _find_stop, _repetition_penalty, _sample
+from groundplan.llm.hf_kv import KVContext
+from groundplan.llm.hf_stats import EngineStats
+from tests.conftest import tiny_llama_lm
+from groundplan.llm.hf_tokens import BoundaryTokenizer
+from groundplan.llm.prefix_cache import PrefixCache
+
+PROMPT = "[Goal] bring me a coke can.\n[Initial State] The robot is at the user.\n[Step 1]"
+TOL = 1e-4  # a cached step's float32 rounding against another layout's
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """An HFLanguageModel over a 2-layer random Llama, its logits sharpened so greedy choices are clear."""
+    return tiny_llama_lm(tmp_path_factory.mktemp("tiny-llama-generate"), seed=1)
+
+
+def _sampler(lm) -> Sampler:
+    stats = EngineStats()
+    return Sampler(BoundaryTokenizer(lm.tokenizer, stats), KVContext(lm.model, PrefixCache(1 << 26), stats, 64), stats,
+                   threading.RLock())
+
+
+@torch.inference_mode()
+def _greedy_reference(lm, prompt: str, steps: int) -> tuple[list[int], list[float]]:
+    """Greedy decoding with one full uncached forward per step."""
+    ids = lm.tokenizer(prompt).input_ids
+    out, lps = [], []
+    for _ in range(steps):
+        lp = torch.log_softmax(lm.model(input_ids=torch.tensor([ids + out])).logits[0, -1].float(), dim=-1)
+        out.append(int(lp.argmax()))
+        lps.append(float(lp[out[-1]]))
+    return out, lps
+
+
+def test_greedy_equals_uncached_greedy_and_packed_samples_do_not_see_each_other(tiny):
+    sampler = _sampler(tiny)
+    ids, lps = _greedy_reference(tiny, PROMPT, 6)
+    assert not set(ids) & sampler.tokens.eos
+    gens = sampler.generate(PROMPT, GenerationParams(n=3, temperature=0.0, max_new_tokens=6, stop=()))
+    want = tiny.tokenizer.decode(ids, skip_special_tokens=True)
+    for g in gens:  # three identical greedy samples, packed side by side: each decodes as a lone one
+        assert (g.text, g.num_tokens, g.finish_reason) == (want, 6, "length")
+        assert g.logprob_mean == pytest.approx(sum(lps) / 6, abs=TOL)
+
+
+def test_a_seed_fixes_the_samples(tiny):
+    params = GenerationParams(n=4, temperature=1.0, top_p=0.9, max_new_tokens=5, stop=(), seed=11)
+    a = _sampler(tiny).generate(PROMPT, params)
+    b = _sampler(tiny).generate(PROMPT, params)
+    assert [(g.text, g.logprob_mean) for g in a] == [(g.text, g.logprob_mean) for g in b]
+
+
+def test_finish_cuts_at_the_stop_and_counts_the_tokens_before_it(tiny):
+    sampler = _sampler(tiny)
+    tokens = tiny.tokenizer("go home\nnext").input_ids
+    g = sampler.finish(tokens, [-1.0] * (len(tokens) - 1) + [-5.0], "stop", ["\n"])
+    assert g.text == "go home"
+    assert g.num_tokens == len(tiny.tokenizer("go home").input_ids)
+    assert g.logprob_mean == -1.0  # the tokens after the stop are not averaged
+    eos = next(iter(sampler.tokens.eos))
+    g = sampler.finish(tokens[:2] + [eos], [-1.0, -3.0, -7.0], "stop", [])
+    assert (g.num_tokens, g.logprob_mean) == (2, -2.0)  # EOS is not the text's
+
+
+def test_sampling_rules_on_hand_made_distributions():
+    lp = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    gen = torch.Generator().manual_seed(0)
+    assert _sample(lp, 0.0, 1.0, gen) == [0]
+    assert {_sample(lp, 1.0, 0.5, gen)[0] for _ in range(50)} == {0}  # the top token alone reaches 0.5
+    assert {_sample(lp, 1.0, 0.7, gen)[0] for _ in range(200)} == {0, 1}
+    logits = torch.tensor([[2.0, -2.0, 1.0]])
+    seen = torch.tensor([[True, True, False]])
+    assert _repetition_penalty(logits, seen, 2.0).tolist() == [[1.0, -4.0, 1.0]]
+    assert _find_stop("a, b\nc", [",", "\n"]) == 1 and _find_stop("abc", ["\n"]) == -1
+
+
+def test_one_beam_is_greedy_and_a_diverse_search_matches_the_uncached_one(tiny):
+    ids, lps = _greedy_reference(tiny, PROMPT, 6)
+    one = tiny.beam_candidates(PROMPT, BeamSearchParams(num_beams=1, num_groups=1, diversity_penalty=0.0,
+                                                        max_new_tokens=6, stop=()))
+    assert len(one) == 1
+    assert (one[0].text, one[0].num_tokens, one[0].finish_reason) == (tiny.tokenizer.decode(ids, skip_special_tokens=True), 6, "length")
+    assert one[0].logprob_sum == pytest.approx(sum(lps), abs=TOL)
+    params = BeamSearchParams(num_beams=6, num_groups=3, diversity_penalty=2.0, max_new_tokens=5, stop=())
+    fast = tiny.beam_candidates(PROMPT, params)
+    slow = reference_beam_search(tiny, PROMPT, params)
+    assert [(c.group, c.text, c.num_tokens) for c in fast] == [(c.group, c.text, c.num_tokens) for c in slow]
+    assert all(math.isclose(a.score, b.score, abs_tol=TOL) for a, b in zip(fast, slow))
+    assert [c.group for c in fast] == [0, 0, 1, 1, 2, 2]
+
+
+def test_beam_memo_answers_a_repeat_and_stays_bounded(tiny):
+    memo = BeamMemo(2, EngineStats(), threading.RLock())
+    p = [BeamSearchParams(num_beams=2, num_groups=1, max_new_tokens=3, stop=(), diversity_penalty=0.0),
+         BeamSearchParams(num_beams=2, num_groups=2, max_new_tokens=3, stop=(), diversity_penalty=1.0)]
+    first = memo.candidates(tiny, PROMPT, p[0])
+    assert memo.candidates(tiny, PROMPT, p[0]) == first and memo.stats.beam_memo_hits == 1
+    memo.candidates(tiny, PROMPT, p[1])
+    memo.candidates(tiny, PROMPT + " go", p[0])
+    assert len(memo.entries) == 2 and memo.stats.beam_searches == 4
+    again = memo.candidates(tiny, PROMPT, p[0])  # evicted (the oldest): searched again, the same candidates
+    assert [c.text for c in again] == [c.text for c in first]
+    # (within float32 rounding: the prompt's key/values now come from the longer prompt's cache entry)
+    assert all(math.isclose(a.logprob_sum, b.logprob_sum, abs_tol=TOL) for a, b in zip(again, first))
+    assert memo.stats.beam_memo_hits == 1
