@@ -374,6 +374,25 @@ def cmd_eai(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eai_generate(args: argparse.Namespace) -> int:
+    from groundplan.config import LLMSpec
+    from groundplan.pipelines.eai.generate import EAIGenerateConfig, generate
+
+    llm = LLMSpec(backend=args.backend, model=args.model,
+                  options={"base_url": args.base_url} if args.base_url else {})
+    config = EAIGenerateConfig(llm=llm, task_set=args.task_set, limit=args.limit, seed=args.seed,
+                               ids=[i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None,
+                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                               executor=args.executor, workers=args.workers, label=args.label,
+                               output=Path(args.output))
+    run = generate(config, progress=not args.no_progress)
+    console.print(f"{run['label']}: {run['n']} tasks ({run['generated']} generated, {run['skipped']} already done, "
+                  f"{len(run['errors'])} errors) in {run['wall_s']} s ({run['tasks_per_s']} tasks/s): "
+                  f"{run['outputs']}; score with `groundplan eai score --responses {args.output} --output DIR`",
+                  markup=False)
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
@@ -535,6 +554,23 @@ def build_parser() -> argparse.ArgumentParser:
     es.add_argument("--responses", default=None, help="folder of <model>_outputs.json (default: the package's)")
     es.add_argument("--no-corrections", action="store_true", help="skip counting each correction alone")
     es.set_defaults(func=cmd_eai)
+    eg = ea_sub.add_parser("generate", help="the open-loop row: an LM writes each task's whole program from EAI's "
+                           "stored prompt, saved as <output>/<label>_outputs.json for `eai score --responses`")
+    eg.add_argument("--backend", default="hf", help="LLM backend: hf (embedded model) or openai (a server)")
+    eg.add_argument("--model", default="smollm2-135m-instruct", help="model name, Hugging Face id or local path")
+    eg.add_argument("--base-url", default=None, help="the openai backend's /v1 root")
+    eg.add_argument("--task-set", choices=["official", "full"], default="official")
+    eg.add_argument("--ids", default=None, metavar="ID,ID", help="only these task ids")
+    eg.add_argument("--limit", type=int, default=None, help="a fixed sample of this many tasks (seeded)")
+    eg.add_argument("--seed", type=int, default=0, help="the sample's seed")
+    eg.add_argument("--max-new-tokens", type=int, default=384)
+    eg.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    eg.add_argument("--executor", choices=["local", "ray"], default="local")
+    eg.add_argument("--workers", type=int, default=1, help="Ray workers, one model each (executor ray)")
+    eg.add_argument("--label", default=None, help="the row's name (default: the model's)")
+    eg.add_argument("--output", required=True, help="folder for <label>_outputs.json and <label>_run.json")
+    eg.add_argument("--no-progress", action="store_true")
+    eg.set_defaults(func=cmd_eai_generate)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances, LLM backends, datasets, measures")
     ls.add_argument("--options", action="store_true", help="also every plugin's options with defaults and descriptions")

@@ -42,6 +42,21 @@ def connect(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool =
 
 
 @contextlib.contextmanager
+def ray_session(address: str | None, cpus_needed: float = 0.0, log_to_driver: bool = False) -> Iterator[bool]:
+    """:func:`connect` for the length of a ``with`` block, and ``ray.shutdown()`` after it when this
+    process started or joined Ray (never a Ray someone else started in this process). Yields whether it
+    did."""
+    import ray
+
+    started = connect(address, cpus_needed, log_to_driver)
+    try:
+        yield started
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
 def worker_niceness_for_local_ray() -> Iterator[None]:
     """Run a local Ray's workers at normal priority unless ``RAY_worker_niceness`` says otherwise.
 

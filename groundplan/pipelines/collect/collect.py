@@ -29,7 +29,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
 from groundplan.envs import ENVS
 from groundplan.pipelines.collect.config import CollectConfig
-from groundplan.actors.cluster import connect
+from groundplan.actors.cluster import ray_session
 
 log = logging.getLogger(__name__)
 __all__ = ["CollectResult", "run_collect", "load_trajectories", "prompt_examples", "plan_items"]
@@ -179,7 +179,6 @@ def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem]
     (it would raise again; the next run retries it)."""
     import ray
 
-    started = connect(cfg.ray_address, cfg.workers * cfg.worker_cpus)
     remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
 
     def spawn() -> Any:
@@ -190,7 +189,7 @@ def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem]
             log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempt)
             result.reruns += 1
 
-    try:
+    with ray_session(cfg.ray_address, cfg.workers * cfg.worker_cpus):
         with ActorPool(spawn, min(cfg.workers, len(todo)), max_retries=cfg.max_retries,
                        retry_app_errors=False) as pool:
             for out in pool.run(todo, lambda worker, item: worker.run.remote(item), on_failure=failed_attempt):
@@ -204,9 +203,6 @@ def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem]
                     log.warning("trajectory %s failed: %s", item.traj_id, e.cause)  # type: ignore[attr-defined]
                 else:
                     result.errors.append(f"{item.traj_id}: worker died {len(out.errors)} times ({e})")
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
