@@ -198,10 +198,15 @@ def outcome(trace: EpisodeTrace, measure: str) -> bool | None:
 
 
 def mcnemar_pairs(pairs: Iterable[tuple[EpisodeTrace, EpisodeTrace]], measure: str) -> dict[str, Any] | None:
-    """The exact McNemar test (McNemar 1947) of ``measure`` on paired episodes (a's trace, b's trace): the
-    pair counts (both / only a / only b / neither), each side's rate on the pairs and the two-sided p-value.
-    Pairs where either side has no 0/1 outcome (:func:`outcome`) are left out; None when none is left."""
-    outcomes = [(outcome(x, measure), outcome(y, measure)) for x, y in pairs]
+    """:func:`mcnemar_outcomes` of ``measure`` on paired episodes (a's trace, b's trace), each side's 0/1
+    outcome read by :func:`outcome`."""
+    return mcnemar_outcomes((outcome(x, measure), outcome(y, measure)) for x, y in pairs)
+
+
+def mcnemar_outcomes(outcomes: Iterable[tuple[bool | None, bool | None]]) -> dict[str, Any] | None:
+    """The exact McNemar test (McNemar 1947) on paired 0/1 outcomes (a's, b's): the pair counts (both /
+    only a / only b / neither), each side's rate on the pairs and the two-sided p-value. Pairs where either
+    side has no outcome (None) are left out; None when none is left."""
     kept = [(x, y) for x, y in outcomes if x is not None and y is not None]
     if not kept:
         return None

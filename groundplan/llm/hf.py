@@ -18,7 +18,7 @@ composes the parts that each do one job, all sharing one key/value context, one 
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,30 @@ from groundplan.llm.loading import DEFAULT_EMBEDDER, DEFAULT_LLM, load_causal_lm
 from groundplan.llm.prefix_cache import PrefixCache
 
 __all__ = ["BATCHED_MODES", "TOP_LOGPROBS", "EngineStats", "HFLanguageModel", "_pretokenizes_by_regex"]
+
+
+def _AS_IS(value: Any) -> Any:
+    return value
+
+
+class _Forward:
+    """An engine attribute that lives on one of its parts (``part``, e.g. the key/value context): read
+    there, and written there when ``convert`` is given (the value passes through it first); without
+    ``convert`` it is read-only. The engine's settings stay where the part that uses them reads them."""
+
+    def __init__(self, part: str, attr: str, convert: Callable[[Any], Any] | None = None) -> None:
+        self.part, self.attr, self.convert = part, attr, convert
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(getattr(obj, self.part), self.attr)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if self.convert is None:
+            raise AttributeError(f"{self.name} is read-only")
+        setattr(getattr(obj, self.part), self.attr, self.convert(value))
 
 
 class HFLanguageModel:
@@ -143,77 +167,22 @@ class HFLanguageModel:
         return self._beams.candidates(self, prompt, params)
 
     # ------------------------------------------------------------------ settings, read where they are used
-    @property
-    def cache(self) -> PrefixCache:
-        """The prefix cache of plain key/value entries (option scoring, sampling, beams)."""
-        return self._kv.cache
-
-    @property
-    def scored_cache(self) -> PrefixCache:
-        """The prefix cache of entries with per-position log-probs (:meth:`prompt_logprobs` only)."""
-        return self._echo.scored_cache
-
-    @property
-    def max_pack_tokens(self) -> int:
-        return self._kv.max_pack_tokens
-
-    @max_pack_tokens.setter
-    def max_pack_tokens(self, value: int) -> None:
-        self._kv.max_pack_tokens = int(value)
-
-    @property
-    def batched_forward(self) -> str:
-        return self._batch.batched_forward
-
-    @property
-    def max_batch_rows(self) -> int:
-        return self._batch.max_batch_rows
-
-    @max_batch_rows.setter
-    def max_batch_rows(self, value: int) -> None:
-        self._batch.max_batch_rows = int(value)
-
-    @property
-    def batched_forward_chosen(self) -> str | None:
-        """``"padded"`` or ``"loop"`` once chosen (``"on"``/``"off"`` choose at once; ``"auto"`` after timing both)."""
-        return self._batch.chosen
-
-    @batched_forward_chosen.setter
-    def batched_forward_chosen(self, value: str | None) -> None:
-        self._batch.chosen = value
-
-    @property
-    def _trial_s(self) -> dict[str, list[float]]:
-        return self._batch.trial_s
-
-    @_trial_s.setter
-    def _trial_s(self, value: dict[str, list[float]]) -> None:
-        self._batch.trial_s = value
-
-    @property
-    def beam_memo_size(self) -> int:
-        return self._beams.size
-
-    @beam_memo_size.setter
-    def beam_memo_size(self, value: int) -> None:
-        self._beams.size = int(value)
-
-    @property
-    def _beam_memo(self):
-        return self._beams.entries
-
-    @property
-    def _line_splice(self) -> bool:
-        return self._tokens.line_splice
-
-    @_line_splice.setter
-    def _line_splice(self, value: bool) -> None:
-        self._tokens.line_splice = bool(value)
+    #: the prefix cache of plain key/value entries (option scoring, sampling, beams)
+    cache = _Forward("_kv", "cache")
+    #: the prefix cache of entries with per-position log-probs (:meth:`prompt_logprobs` only)
+    scored_cache = _Forward("_echo", "scored_cache")
+    max_pack_tokens = _Forward("_kv", "max_pack_tokens", int)
+    batched_forward = _Forward("_batch", "batched_forward")
+    max_batch_rows = _Forward("_batch", "max_batch_rows", int)
+    #: ``"padded"`` or ``"loop"`` once chosen (``"on"``/``"off"`` choose at once; ``"auto"`` after timing both)
+    batched_forward_chosen = _Forward("_batch", "chosen", _AS_IS)
+    _trial_s = _Forward("_batch", "trial_s", _AS_IS)
+    beam_memo_size = _Forward("_beams", "size", int)
+    _beam_memo = _Forward("_beams", "entries")
+    _line_splice = _Forward("_tokens", "line_splice", bool)
 
     # ------------------------------------------------------------------ what beam_search.py, tests and profiles drive
-    @property
-    def _eos(self) -> set[int]:
-        return self._tokens.eos
+    _eos = _Forward("_tokens", "eos")
 
     def _encode(self, text: str) -> np.ndarray:
         return self._tokens.encode(text)

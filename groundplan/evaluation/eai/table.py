@@ -19,7 +19,7 @@ from groundplan.core.stats import holm_adjust, mcnemar_exact, wilson_interval
 from groundplan.evaluation.eai.judge import Verdict
 from groundplan.evaluation.eai.parse import INVALID_JSON
 from groundplan.evaluation.eai.semantics import EAISemantics
-from groundplan.evaluation.summary import format_rate
+from groundplan.evaluation.summary import format_rate, mcnemar_outcomes
 
 ERROR_COLUMNS = ("parsing", "hallucination", "parameter", "wrong_order", "missing_step", "affordance",
                  "additional_step")
@@ -146,13 +146,10 @@ def paired_success_tests(official: dict[str, list[Verdict]], corrected: dict[str
     for model in official:
         a = {v.task_id: v for v in official[model] if v.scored}
         b = {v.task_id: v for v in corrected.get(model, []) if v.scored}
-        keys = [k for k in a if k in b]
-        a_only = sum(a[k].success and not b[k].success for k in keys)
-        b_only = sum(b[k].success and not a[k].success for k in keys)
-        both = sum(a[k].success and b[k].success for k in keys)
-        out.append({"model": model, "n_pairs": len(keys), "both": both, "official_only": a_only,
-                    "corrected_only": b_only, "neither": len(keys) - both - a_only - b_only,
-                    "p_value": mcnemar_exact(a_only, b_only)})
+        c = mcnemar_outcomes((a[k].success, b[k].success) for k in a if k in b) or {
+            "n_pairs": 0, "both": 0, "a_only": 0, "b_only": 0, "neither": 0, "p_value": mcnemar_exact(0, 0)}
+        out.append({"model": model, "n_pairs": c["n_pairs"], "both": c["both"], "official_only": c["a_only"],
+                    "corrected_only": c["b_only"], "neither": c["neither"], "p_value": c["p_value"]})
     for record, adjusted in zip(out, holm_adjust([r["p_value"] for r in out])):
         record["p_holm"] = adjusted
     return out
