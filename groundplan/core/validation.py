@@ -1,7 +1,7 @@
 """One way to turn pydantic validation errors into messages that name the bad field."""
 from __future__ import annotations
 
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -64,3 +64,10 @@ def validate_instruction(instruction: str, max_chars: int = MAX_INSTRUCTION_CHAR
             "max_instruction_chars in the planner config."
         )
     return text
+
+
+def some(names: Sequence[str], limit: int = 5) -> str:
+    """The first ``limit`` names, comma-separated, and how many more there are: an error names what it
+    refuses without burying the message under hundreds of ids."""
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

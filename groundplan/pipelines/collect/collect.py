@@ -26,6 +26,7 @@ from groundplan.actors.pool import ActorPool, is_app_error
 from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
 from groundplan.envs import ENVS
 from groundplan.pipelines.collect.config import CollectConfig
@@ -96,10 +97,9 @@ def check_stored_tasks(items: list[CollectItem], stored: dict[str, str], data_di
     trained and evaluated on as if they were this config's tasks."""
     stale = [it.traj_id for it in items if it.traj_id in stored and stored[it.traj_id] != it.task.instruction]
     if stale:
-        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
         raise StaleDataError(
             f"{data_dir} holds {len(stale)} trajectories whose instruction differs from this config's task of "
-            f"the same id ({shown}): they were collected with other env options. Collect into another "
+            f"the same id ({some(stale)}): they were collected with other env options. Collect into another "
             f"output_dir, or rerun with --fresh to delete the stored shards.")
 
 

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from groundplan.config import LLMSpec
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.paths import atomic_write_text
+from groundplan.core.validation import some
 from groundplan.llm.base import GenerationParams, LanguageModel
 
 log = logging.getLogger(__name__)
@@ -151,9 +152,8 @@ def generate(config: EAIGenerateConfig, *, lm: LanguageModel | None = None, lm_f
     records = read_records(path)
     foreign = sorted(set(records) - set(ids))
     if foreign:  # scored with this row, they would change its n and its tasks without a word
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise InvalidInputError(
-            f"{path} holds answers for {len(foreign)} tasks outside this run's selection ({shown}): it was "
+            f"{path} holds answers for {len(foreign)} tasks outside this run's selection ({some(foreign)}): it was "
             f"made with another task set, sample or seed. Use another output folder or label, or delete it.")
     done = {i for i, r in records.items() if not (config.retry_errors and r.get("error"))}
     todo = [i for i in ids if i not in done]
