@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from groundplan.core.errors import GroundplanError, InvalidInputError
@@ -52,8 +53,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from groundplan.config import PlannerSpec, check_llm_needs, probe_llm_needs
     from groundplan.core.types import Task
     from groundplan.core.validation import validate_instruction
-    from groundplan.envs import ENVS
-    from groundplan.factory import make_llm, make_planner
+    from groundplan.factory import build_env, make_llm, make_planner
     from groundplan.rollout.episode import run_episode
 
     instruction = validate_instruction(args.instruction)
@@ -61,7 +61,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from groundplan.pipelines.evaluate.sweep import check_writable
 
         check_writable(Path(args.chart).resolve().parent)
-    env = ENVS.get(args.env)()
+    env = build_env(args.env)
     affordance = args.affordance
     if affordance is None:  # planners that take no affordance ignore it
         affordance = env.default_affordance()
@@ -367,7 +367,8 @@ def cmd_eai(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()] if args.models else None
     config = EAIScoreConfig(output=Path(args.output), models=models, semantics=args.semantics,
                             responses=Path(args.responses) if args.responses else None,
-                            count_corrections=not args.no_corrections)
+                            count_corrections=not args.no_corrections, runs=[Path(r) for r in args.runs],
+                            generated=[Path(g) for g in args.generated])
     result = score(config)
     console.print(result["text"], markup=False, highlight=False, soft_wrap=True)
     console.print(f"verdicts, summary and table: {args.output}", markup=False)
@@ -394,6 +395,7 @@ def cmd_eai_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from groundplan.core import plugins
     from groundplan.core.measures import MEASURES
     from groundplan.envs import DATASETS, ENVS
     from groundplan.grounding import AFFORDANCES
@@ -401,8 +403,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     from groundplan.planners import PLANNERS
 
     registries = (ENVS, PLANNERS, AFFORDANCES, LLM_BACKENDS, DATASETS, MEASURES)
-    for reg in registries:
-        console.print(f"[bold]{reg.kind}[/bold]: {', '.join(reg.names())}")
+    for reg in registries:  # a name an installed plugin added says which package it came from (docs/extending.md)
+        names = [f"{n} (from {o.distribution or o.name})" if (o := reg.origin(n)) else n for n in reg.names()]
+        console.print(f"[bold]{reg.kind}[/bold]: {escape(', '.join(names))}")
+    if plugins.loaded():
+        shown = ", ".join(f"{p.name} = {p.target} ({p.source})" for p in plugins.loaded())
+        console.print(f"[bold]plugins[/bold]: {escape(shown)}")
     if not args.options:
         return 0
     for reg in registries[:-1]:
@@ -414,7 +420,9 @@ def cmd_list(args: argparse.Namespace) -> int:
                 continue
             if cls is None:
                 continue
-            table = Table(title=f"{reg.kind} '{name}' options ({cls.__name__})", title_justify="left")
+            origin = reg.origin(name)
+            table = Table(title=f"{reg.kind} '{name}' options ({cls.__name__}"
+                          + (f", from {origin.source})" if origin else ")"), title_justify="left")
             for column in ("option", "default", "description"):
                 table.add_column(column, overflow="fold")
             for field, info in cls.model_fields.items():
@@ -553,6 +561,10 @@ def build_parser() -> argparse.ArgumentParser:
     es.add_argument("--output", required=True, help="folder for verdicts.jsonl, summary.json, table.txt")
     es.add_argument("--responses", default=None, help="folder of <model>_outputs.json (default: the package's)")
     es.add_argument("--no-corrections", action="store_true", help="skip counting each correction alone")
+    es.add_argument("--runs", nargs="*", default=[], metavar="RUN", help="groundplan eval runs of the virtualhome_eai "
+                    "env: their planners as closed-loop rows beside the stored models, on the tasks they ran")
+    es.add_argument("--generated", nargs="*", default=[], metavar="PATH", help="`groundplan eai generate` outputs: "
+                    "open-loop rows beside the stored models")
     es.set_defaults(func=cmd_eai)
     eg = ea_sub.add_parser("generate", help="the open-loop row: an LM writes each task's whole program from EAI's "
                            "stored prompt, saved as <output>/<label>_outputs.json for `eai score --responses`")
@@ -583,8 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except GroundplanError as e:
-        console.print(f"[red]error:[/red] {e}")
+    except GroundplanError as e:  # a message may quote third-party text (a plugin's error): never markup
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         return 2
 
 

@@ -9,10 +9,11 @@ from fakes import FakeLM
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.measures import spl
 from groundplan.core.stats import wilson_interval
 from groundplan.envs.house.env import HouseEnv, parse_targets
 from groundplan.envs.house.layout import generate_house
-from groundplan.envs.house.metrics import kendall_tau, kendall_tau_b, spl
+from groundplan.envs.house.metrics import kendall_tau, kendall_tau_b
 from groundplan.perception.scene_graph import SceneGraph
 from groundplan.planners import PLANNERS
 from groundplan.planners.saynav import parse_plan
@@ -202,3 +203,20 @@ def test_saynav_table_pairs_planners_on_the_same_houses():
     assert "only-SayNav 0 / only-reference 1" in line
     assert "SPL difference +0.100" in line  # mean of (+0.3, +0.2, -0.2)
     assert table.paired_lines([t("SayNav", 0, 1.0, 0.5)]) == []  # no reference planner: nothing to pair
+
+
+def test_sr_and_spl_have_one_definition_for_the_house_env_and_the_point_goal_trainer():
+    from groundplan.core.measures import navigation_rates, spl
+    from groundplan.pipelines.train.pointnav import episode_stats, summarize as pointnav_summary
+
+    assert spl(True, 5.0, 10.0) == 0.5 and spl(True, 5.0, 4.0) == 1.0 and spl(False, 5.0, 5.0) == 0.0
+    assert spl(True, float("inf"), 3.0) == 0.0  # no path to the goal
+    episodes = [(True, 8.0), (False, 6.0), (True, 4.0)]
+    stats = [episode_stats(i, ok, path, 4.0, 10) for i, (ok, path) in enumerate(episodes)]
+    assert [s["spl"] for s in stats] == [spl(True, 4.0, 8.0), 0.0, 1.0]
+    rates = navigation_rates([s["success"] for s in stats], [s["spl"] for s in stats])
+    assert (rates.n, rates.sr, rates.sr_ci) == (3, 2 / 3, wilson_interval(2, 3))
+    assert rates.spl == pytest.approx(0.5)
+    summary = pointnav_summary(stats, "test")
+    assert (summary["test_sr"], summary["test_sr_lo"]) == (rates.sr, rates.sr_ci[0])
+    assert summary["test_spl_hi"] == rates.spl_ci[1]

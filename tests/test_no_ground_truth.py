@@ -303,7 +303,8 @@ def _id(case: Case) -> str:
 
 
 def test_every_registered_planner_has_a_case():
-    assert set(PLANNERS.names()) <= {c.planner for c in CASES}, "add a case for the new planner"
+    own = {n for n in PLANNERS.names() if PLANNERS.origin(n) is None}  # an installed plugin's are its own
+    assert own <= {c.planner for c in CASES}, "add a case for the new planner"
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c.oracles], ids=_id)

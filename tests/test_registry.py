@@ -36,3 +36,25 @@ def test_double_registration_is_an_error():
     reg.register_lazy("a", "json:dumps")
     with pytest.raises(ValueError, match="registered twice"):
         reg.register_lazy("a", "json:loads")
+
+
+def test_a_plugin_name_records_its_plugin_and_may_not_take_a_taken_name():
+    from groundplan.core import plugins
+
+    reg: Registry = Registry("widget", plugins=False)
+    reg.register_lazy("own", "json:dumps")
+    first, second = plugins.Plugin("first", "a:register", "dist-a", "1.0"), plugins.Plugin("second", "b:register")
+    token = plugins._current.set(first)
+    try:
+        reg.register_lazy("extra", "json:loads")
+        with pytest.raises(ValueError, match="widget 'own' is built into groundplan; a plugin cannot replace it"):
+            reg.register_lazy("own", "json:loads")
+    finally:
+        plugins._current.reset(token)
+    token = plugins._current.set(second)
+    try:
+        with pytest.raises(ValueError, match=r"registered twice \(first by plugin 'first' .*dist-a 1.0\)"):
+            reg.register_lazy("extra", "json:dumps")
+    finally:
+        plugins._current.reset(token)
+    assert reg.origin("extra") == first and reg.origin("own") is None and reg.get("own").__name__ == "dumps"

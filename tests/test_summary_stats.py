@@ -301,3 +301,30 @@ def test_mean_interval_is_the_normal_interval_of_the_mean():
     assert m == pytest.approx(0.5) and (lo, hi) == pytest.approx((0.5 - 1.96 * se, 0.5 + 1.96 * se))
     assert mean_interval([0.3]) == (0.3, 0.3, 0.3) and mean_se([0.3]) == (0.3, 0.0)
     assert all(math.isnan(v) for v in mean_se([]))
+
+
+def test_paired_test_is_mcnemar_for_proportions_and_the_paired_difference_otherwise():
+    from groundplan.evaluation.summary import holm, paired_test
+
+    # 0/1: only the discordant pairs count; a None side drops the pair
+    record = paired_test([(True, False)] * 2 + [(False, True)] * 7 + [(True, True)] * 3 + [(None, True)],
+                         proportion=True)
+    counts = (record["n_pairs"], record["both"], record["a_only"], record["b_only"], record["neither"])
+    assert counts == (12, 3, 2, 7, 0)
+    assert record["p_value"] == pytest.approx(mcnemar_exact(2, 7))
+    # continuous: b - a, mean ± 1.96 SE, two-sided normal p
+    a, b = [0.1, 0.5, 0.2, 0.4], [0.3, 0.6, 0.6, 0.4]
+    diff = paired_test(list(zip(a, b)), proportion=False)
+    d = [y - x for x, y in zip(a, b)]
+    se = statistics.stdev(d) / math.sqrt(len(d))
+    assert diff["diff"] == pytest.approx(statistics.mean(d))
+    assert diff["ci"] == pytest.approx([statistics.mean(d) - 1.96 * se, statistics.mean(d) + 1.96 * se])
+    assert diff["p_value"] == pytest.approx(2 * (1 - statistics.NormalDist().cdf(statistics.mean(d) / se)))
+    assert paired_test([(0.2, 0.5)], proportion=False)["p_value"] is None  # one pair: no spread to test on
+    assert paired_test([(None, 1.0)], proportion=False) is None
+    # the one Holm adjustment: in place, over the family it names
+    family = holm([{"p_value": 0.01}, {"p_value": 0.04}], "tests of this example", alpha=0.05)
+    assert [r["p_holm"] for r in family] == pytest.approx(holm_adjust([0.01, 0.04]))
+    assert [r["significant"] for r in family] == [True, True]
+    assert family[0]["adjustment"] == "Holm-Bonferroni over the 2 tests of this example"
+

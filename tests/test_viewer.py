@@ -195,3 +195,43 @@ def test_serve_app_mounts_the_viewer_behind_its_token(two_runs):
     assert r.status_code == 200 and r.json() == ViewerData(two_runs).compare("run_a", "run_b")
     assert c.get("/viewer/api/compare/run_a/nope", headers=auth).status_code == 404
     assert [x["name"] for x in c.get("/viewer/api/runs", headers=auth).json()] == ["run_a", "run_b"]
+
+
+def test_viewer_shows_an_eai_episode_with_its_error_type(browser, tmp_path_factory, tmp_path):
+    """An episode of EAI's closed-loop env whose steps the executor refuses: the viewer names each failing
+    step's error type (the env's ``info["error"]``, EAI's executor error) beside its outcome."""
+    pytest.importorskip("virtualhome_eval")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from groundplan.config import EvalConfig
+
+    shots = DOCS if os.environ.get("GROUNDPLAN_REFRESH_DOCS") == "1" else tmp_path
+    out = tmp_path_factory.mktemp("eai_view")
+    cfg = EvalConfig.model_validate({
+        "name": "eai_view", "env": {"name": "virtualhome_eai", "options": {"limit": 1, "sample_seed": 0}},
+        "planners": [{"name": "saycan_novf", "label": "LM scoring",
+                      "options": {"prompt": "saycan_eai", "max_instruction_chars": 20000}}],
+        "seeds": [0], "max_steps": 3, "output_dir": str(out), "runtime": {"executor": "local", "mlflow": False}})
+    # the LM prefers grabbing, which fails far from the object (EAI's executor: a missing step)
+    lm = FakeLM(lambda prompt, option: -1.0 if option.strip().startswith("[GRAB]") else -20.0)
+    result = run_sweep(cfg, lm=lm, progress=False)
+    trace = result.traces[0]
+    failed = [s for s in trace.steps if not s.done and not s.success]
+    assert failed and all(s.info["env"].get("error") for s in failed)
+    server = make_server(out, port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wait = WebDriverWait(browser, 30)
+        browser.get(f"http://127.0.0.1:{server.server_address[1]}/")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.episode-row"))
+        browser.find_element(By.CSS_SELECTOR, f"tr.episode-row[data-id='{trace.episode_id}']").click()
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".step .error-type"))
+        shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".step .error-type")]
+        assert shown == [f"· error type: {s.info['env']['error']}" for s in failed]
+        assert "characters: show all" in browser.find_element(By.CSS_SELECTOR, "details.instruction").text
+        browser.execute_script("document.querySelector('.step .error-type').scrollIntoView({block: 'center'})")
+        browser.save_screenshot(str(shots / "viewer-eai.png"))
+    finally:
+        server.shutdown()
+        server.server_close()

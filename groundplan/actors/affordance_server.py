@@ -15,6 +15,7 @@ import numpy as np
 from groundplan.actors.scorer import DynamicBatcher
 from groundplan.core.truth import DeclaresTruth, OracleDeclaration
 from groundplan.core.types import Observation, Task
+from groundplan.factory import build_affordance
 from groundplan.grounding import AFFORDANCES
 
 
@@ -35,7 +36,7 @@ class AffordanceServer:
         key = (episode, name)
         if key not in self._instances:
             spec = self.sources[name] if name in self.sources else {"source": name}
-            self._instances[key] = AFFORDANCES.get(spec["source"])(**spec.get("options", {}))
+            self._instances[key] = build_affordance(spec["source"], spec.get("options", {}))
         return self._instances[key]
 
     async def reset(self, episode: str, name: str, task: Task, seed: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from groundplan.core.types import Task
-from groundplan.envs import ENVS
+from groundplan.factory import build_env
 from groundplan.planners.base import Planner
 from groundplan.rollout.trajectory import ExpertPlanner, run_trajectory
 
@@ -35,7 +35,7 @@ class CollectWorker:
 
     def __init__(self, env_name: str, env_options: dict[str, Any], source: dict[str, Any], max_steps: int,
                  fault: dict[str, str] | None = None, max_admissible: int | None = None) -> None:
-        self.env = ENVS.get(env_name)(**env_options)
+        self.env = build_env(env_name, env_options)
         self.max_steps = max_steps
         self.max_admissible = max_admissible
         self.kind = source.get("kind", "expert")

@@ -171,10 +171,10 @@ class LLMScorer:
     """Holds one language model and serves score/generate/embed requests from many episodes.
 
     Args:
-        backend, model, options: passed to :func:`groundplan.llm.load_llm` inside the actor.
+        backend, model, options: passed to :func:`groundplan.factory.build_llm` inside the actor.
         batch_window_ms: how long a batch waits for more requests after its first one arrived.
         max_batch: most score requests in one ``score_batch`` call.
-        lm_factory: builds the model instead of ``load_llm`` (tests inject a fake this way).
+        lm_factory: builds the model instead of ``build_llm`` (tests inject a fake this way).
         memo_size: most option scores the memo keeps (LRU); 0 disables it.
         adaptive_batching: close a batch once the expected number of requests is in (see DynamicBatcher).
     """
@@ -190,13 +190,10 @@ class LLMScorer:
         if lm_factory is not None:
             self.lm = lm_factory()
         else:
-            from groundplan.llm import load_llm
+            from groundplan.factory import build_llm
 
             import_plugins()
-            kwargs = dict(options or {})
-            if model is not None:
-                kwargs["model"] = model
-            self.lm = load_llm(backend, **kwargs)
+            self.lm = build_llm(backend, model, options)
         self.name = self.lm.name
         self.memo = memo_for(self.lm, memo_size)
         self._mode = str(getattr(self.lm, "score_mode", "score"))

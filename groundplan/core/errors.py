@@ -42,3 +42,9 @@ class OracleAccessError(GroundplanError, RuntimeError):
     """A planner or grounding source read simulator truth (a task's goal, reference plan, metadata or start
     state, or the simulator state in an observation) that its declaration does not name. Reading truth is
     an oracle and must be declared (:mod:`groundplan.core.truth`), so the tables can mark the rows that did."""
+
+
+class PluginError(GroundplanError, RuntimeError):
+    """An installed plugin (a package's ``groundplan.plugins`` entry point) failed to import or to register,
+    or tried to replace a name groundplan already has. The message names the plugin, its distribution and
+    how to get rid of it, so a broken third-party package never shows up as a bare traceback."""

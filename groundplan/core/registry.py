@@ -6,33 +6,57 @@ unknown, raises an error that lists every valid name (habitat-lab / LeRobot styl
 Plugins are declared lazily as ``"module:attribute"`` so that listing names imports nothing, a
 plugin's heavy or optional dependencies (pybullet, virtualhome) load only when it is used, and a
 missing optional dependency gives an install hint instead of breaking ``import groundplan``.
+
+Installed packages add names through the ``groundplan.plugins`` entry points
+(:mod:`groundplan.core.plugins`), loaded at the first lookup of any registry; each name remembers the
+plugin that registered it (:meth:`Registry.origin`), and a plugin may not take a name groundplan has.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
+from groundplan.core import plugins as loader
 from groundplan.core.errors import MissingDependencyError, UnknownNameError
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """A string → factory map for one plugin kind."""
+    """A string → factory map for one plugin kind.
 
-    def __init__(self, kind: str) -> None:
+    ``plugins``: whether a lookup first loads the installed plugins (:func:`groundplan.core.plugins.ensure_loaded`).
+    A registry that is looked up while groundplan's own modules import (the measures, checked as each is
+    declared) passes False, since a plugin's ``register`` imports those modules; a plugin still registers
+    into it, from its ``register``."""
+
+    def __init__(self, kind: str, plugins: bool = True) -> None:
         self.kind = kind
+        self._plugins = plugins
         self._items: dict[str, T | str] = {}
         self._install: dict[str, str] = {}
         self._configs: dict[str, Any] = {}
+        self._origins: dict[str, loader.Plugin] = {}
+
+    def _claim(self, name: str) -> None:
+        """Refuse a second registration of ``name``, worded by who holds it; record the registering plugin."""
+        if name in self._items:
+            holder, plugin = self._origins.get(name), loader.current()
+            if plugin is not None and holder is None:
+                raise ValueError(f"{self.kind} '{name}' is built into groundplan; a plugin cannot replace it: register "
+                                 "yours under another name")
+            raise ValueError(f"{self.kind} '{name}' is registered twice" + (f" (first by {holder})" if holder else ""))
+        plugin = loader.current()
+        if plugin is not None:
+            self._origins[name] = plugin
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: ``@ENVS.register("kitchen")`` above a class or factory function."""
 
         def deco(obj: T) -> T:
-            if name in self._items and self._items[name] is not obj:
-                raise ValueError(f"{self.kind} '{name}' is registered twice")
-            self._items[name] = obj
+            if self._items.get(name) is not obj:
+                self._claim(name)
+                self._items[name] = obj
             return obj
 
         return deco
@@ -42,8 +66,7 @@ class Registry(Generic[T]):
         ``install`` is the command that installs the plugin's optional dependencies; ``config`` names the
         plugin's typed options (a pydantic model, ``"module:Class"``), which configs are validated
         against when they are loaded, before anything is built (LeRobot's configuration classes)."""
-        if name in self._items:
-            raise ValueError(f"{self.kind} '{name}' is registered twice")
+        self._claim(name)
         self._items[name] = target
         if install:
             self._install[name] = install
@@ -60,7 +83,12 @@ class Registry(Generic[T]):
                 f"{self.kind} '{name}' needs a package that is not installed ({e}); install it with: {hint}"
             ) from e
 
+    def _load_plugins(self) -> None:
+        if self._plugins:
+            loader.ensure_loaded()
+
     def _require(self, name: str) -> T | str:
+        self._load_plugins()
         try:
             return self._items[name]
         except KeyError:
@@ -84,10 +112,19 @@ class Registry(Generic[T]):
         return cls
 
     def names(self) -> list[str]:
+        self._load_plugins()
         return sorted(self._items)
 
+    def origin(self, name: str) -> loader.Plugin | None:
+        """The installed plugin that registered ``name``; None for groundplan's own (and for names that
+        code registers by importing a module, such as a test's fake backend)."""
+        self._require(name)
+        return self._origins.get(name)
+
     def __contains__(self, name: object) -> bool:
+        self._load_plugins()
         return name in self._items
 
     def __iter__(self) -> Iterator[str]:
+        self._load_plugins()
         return iter(sorted(self._items))

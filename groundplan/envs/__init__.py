@@ -29,3 +29,6 @@ ENVS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:Blocks
 ENVS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:SayCanPayVirtualHome",
                    install="pip install --no-deps virtualhome-eval==0.1.1",
                    config="groundplan.envs.virtualhome.saycanpay:SayCanPayVirtualHomeConfig")
+ENVS.register_lazy("virtualhome_eai", "groundplan.envs.virtualhome.eai.env:EAIVirtualHomeEnv",
+                   install="pip install --no-deps virtualhome-eval==0.1.1",
+                   config="groundplan.envs.virtualhome.eai.env:EAIEnvConfig")

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
-from groundplan.core.stats import holm_adjust, mean_interval, wilson_interval
+from groundplan.core.stats import wilson_interval
 from groundplan.core.truth import unique
 from groundplan.evaluation.marks import (
     LEGEND,
@@ -36,7 +36,7 @@ from groundplan.evaluation.marks import (
     trace_marks,
     with_config_declarations,
 )
-from groundplan.evaluation.summary import episode_key, format_rate, mcnemar_pairs
+from groundplan.evaluation.summary import episode_key, format_rate, holm, outcomes, paired_test
 from groundplan.evaluation.tables import run_configs, run_folders, run_traces
 from groundplan.rollout.traces import EpisodeTrace
 
@@ -139,9 +139,10 @@ def _declared_measures(env: str) -> tuple[str, ...]:
 
 
 def _difference(pairs: list[tuple[EpisodeTrace, EpisodeTrace]], measure: str) -> dict[str, Any] | None:
-    """B − A of an env measure over the pairs, mean with its 95% interval (``mean_interval``). A partial
-    measure pairs the episodes where both sides have it; any other counts a missing value as 0, as the
-    summary's means do. None when no pair has the measure."""
+    """B − A of an env measure over the pairs, mean with its 95% interval: the continuous side of
+    :func:`~groundplan.evaluation.summary.paired_test`. A partial measure pairs the episodes where both
+    sides have it; any other counts a missing value as 0, as the summary's means do. None when no pair has
+    the measure. Its p-value is not reported: the report's Holm family is the McNemar tests."""
     info = measure_info(measure)
     partial = info is not None and info.partial
     if partial:
@@ -151,14 +152,11 @@ def _difference(pairs: list[tuple[EpisodeTrace, EpisodeTrace]], measure: str) ->
         values = [(a.metrics.get(measure, 0.0), b.metrics.get(measure, 0.0)) for a, b in pairs]
     else:
         values = []
-    if not values:
+    test = paired_test(values, proportion=False)
+    if test is None:
         return None
-    diffs = [float(y) - float(x) for x, y in values]
-    mean, lo, hi = mean_interval(diffs)
-    n = len(values)
-    return {"measure": measure, "n_pairs": n, "a_mean": sum(float(x) for x, _ in values) / n,
-            "b_mean": sum(float(y) for _, y in values) / n, "diff": mean, "ci": [lo, hi], "partial": partial,
-            "higher_is_better": info.higher_is_better if info is not None else True}
+    return {"measure": measure, **{k: test[k] for k in ("n_pairs", "a_mean", "b_mean", "diff", "ci")},
+            "partial": partial, "higher_is_better": info.higher_is_better if info is not None else True}
 
 
 def compare_runs(paired: PairedRuns) -> dict[str, Any]:
@@ -184,7 +182,7 @@ def compare_runs(paired: PairedRuns) -> dict[str, Any]:
         for m in measures:
             info = measure_info(m)
             if info is not None and info.proportion:
-                record = mcnemar_pairs(pairs, m)
+                record = paired_test(outcomes(pairs, m), proportion=True)
                 if record is not None:
                     record = {"planner": planner, "measure": m, **record}
                     row["tests"].append(record)
@@ -193,10 +191,7 @@ def compare_runs(paired: PairedRuns) -> dict[str, Any]:
             if diff is not None:
                 row["differences"].append(diff)
         planners.append(row)
-    for record, adjusted in zip(tests, holm_adjust([r["p_value"] for r in tests])):
-        record["p_holm"] = adjusted
-        record["significant"] = adjusted < ALPHA
-        record["adjustment"] = f"Holm-Bonferroni over the {len(tests)} McNemar tests of this comparison"
+    holm(tests, "McNemar tests of this comparison", alpha=ALPHA)
     return {
         "pairing": "same planner label, env, task id and seed; env options checked equal",
         "interval": "95%: Wilson score for rates, mean ± 1.96 SE for paired differences (B − A)",

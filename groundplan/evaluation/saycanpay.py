@@ -29,10 +29,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from groundplan.core.stats import holm_adjust, wilson_interval
+from groundplan.core.stats import wilson_interval
 from groundplan.core.truth import OracleDeclaration
 from groundplan.evaluation.marks import Marks, trace_marks
-from groundplan.evaluation.summary import paired_tests
+from groundplan.evaluation.summary import holm, paired_tests
 from groundplan.rollout.traces import EpisodeTrace
 
 #: (better-or-equal, baseline) pairs the paper's claims are about (Sec. 7: BA-SCP >= GA-SCP >= GT; Can/Pay,
@@ -154,7 +154,7 @@ def paired_report(traces: Iterable[EpisodeTrace], pairs: Sequence[tuple[str, str
             elif (b, a) in tests:
                 r = tests[b, a]
                 found.append((measure, a, b, r, r["b_only"], r["a_only"]))
-    adjusted = holm_adjust([f[3]["p_value"] for f in found])
+    adjusted = [r["p_holm"] for r in holm([{"p_value": f[3]["p_value"]} for f in found], "lines of this report")]
     lines = []
     for (measure, a, b, r, a_only, b_only), p_holm in zip(found, adjusted):
         what = "solved" if measure == "execution_success" else measure.replace("_", "-")
@@ -190,9 +190,9 @@ def render(rows: Sequence[Row], title: str) -> str:
 
 def expert_lengths(env_name: str, env_options: dict | None = None) -> tuple[dict[str, int], str]:
     """The expert plan's length (done excluded) per task of the env's split, and the env's done skill."""
-    from groundplan.envs import ENVS
+    from groundplan.factory import build_env
 
-    env = ENVS.get(env_name)(**(env_options or {}))
+    env = build_env(env_name, env_options)
     done = env.done_skill
     return {t.task_id: len([a for a in t.reference_plan if a != done]) for t in env.tasks() if t.reference_plan}, done
 

@@ -3,19 +3,22 @@ ones, each with n; SR with a 95% Wilson interval and SPL/tau with a normal-appro
 Tau is tau-b, targets first seen at the same step being ties (``metrics.kendall_tau``), so a successful
 episode that found every target at once has no tau and is not in its n.
 
-:func:`paired_lines` compares every planner with the no-LLM exploration on the same houses: SR by an
-exact McNemar test, SPL by the mean paired difference with its 95% interval and a normal-approximation
-p-value. A table's planners may have run on different houses (a slow row on fewer): each row gives its
+:func:`paired_lines` compares every planner with the no-LLM exploration on the same houses, by the paired test
+every table uses (:func:`~groundplan.evaluation.summary.paired_test`): SR by an exact McNemar test, SPL by
+the mean paired difference with its 95% interval and a normal-approximation p-value. SR and SPL are
+aggregated by :func:`~groundplan.core.measures.navigation_rates`, as the point-goal trainer does.
+A table's planners may have run on different houses (a slow row on fewer): each row gives its
 own n, and each paired comparison uses only the houses both planners ran. A row that read simulator truth
 (the privileged baseline's target positions) is marked from its traces' declarations, with a footnote.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
-from groundplan.core.stats import mcnemar_exact, mean_interval, mean_se, wilson_interval
+from groundplan.core.measures import navigation_rates
+from groundplan.core.stats import mean_interval
 from groundplan.evaluation.marks import Marks, declarations_of, trace_marks
+from groundplan.evaluation.summary import paired_test
 
 
 def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
@@ -26,14 +29,13 @@ def multion_rows(traces: Iterable[Any]) -> list[dict[str, Any]]:
     rows = []
     for planner, ts in by.items():
         n = len(ts)
-        sr = [float(t.metrics.get("sr", 0.0)) for t in ts]
-        lo, hi = wilson_interval(sum(sr), n)
-        spl = mean_interval([float(t.metrics.get("spl", 0.0)) for t in ts])
+        rates = navigation_rates([float(t.metrics.get("sr", 0.0)) for t in ts],
+                                 [float(t.metrics.get("spl", 0.0)) for t in ts])
         taus = [float(t.metrics["kendall_tau"]) for t in ts if "kendall_tau" in t.metrics]
         tau = mean_interval(taus)
-        rows.append({"planner": planner, "n": n, "sr": sum(sr) / n, "sr_lo": lo, "sr_hi": hi,
-                     "spl": spl[0], "spl_lo": spl[1], "spl_hi": spl[2], "tau": tau[0], "tau_n": len(taus),
-                     "tau_lo": tau[1], "tau_hi": tau[2],
+        rows.append({"planner": planner, "n": n, "sr": rates.sr, "sr_lo": rates.sr_ci[0], "sr_hi": rates.sr_ci[1],
+                     "spl": rates.spl, "spl_lo": rates.spl_ci[0], "spl_hi": rates.spl_ci[1],
+                     "tau": tau[0], "tau_n": len(taus), "tau_lo": tau[1], "tau_hi": tau[2],
                      "path_m": sum(float(t.metrics.get("path_m", 0.0)) for t in ts) / n,
                      "errors": sum(1 for t in ts if getattr(t, "error", None)),
                      "oracles": [d.to_dict() for d in marks.of(planner)]})
@@ -56,7 +58,9 @@ REFERENCE = "Explore (no LLM)"
 
 
 def paired_lines(traces: list, reference: str = REFERENCE) -> list[str]:
-    """Each planner against ``reference`` on the episodes both ran (same task and seed)."""
+    """Each planner against ``reference`` on the episodes both ran (same task and seed): the reference is
+    side a and the planner side b of :func:`~groundplan.evaluation.summary.paired_test`, so the SPL
+    difference is the planner's minus the reference's. An episode succeeded when its SR is above 0.5."""
     by: dict[str, dict[tuple[str, int], object]] = {}
     for t in traces:
         by.setdefault(t.planner, {})[(t.task_id, t.seed)] = t
@@ -69,20 +73,17 @@ def paired_lines(traces: list, reference: str = REFERENCE) -> list[str]:
         keys = [k for k in eps if k in by[reference]]
         if not keys:
             continue
-        a = [eps[k].metrics for k in keys]
-        b = [by[reference][k].metrics for k in keys]
-        a_only = sum(x.get("sr", 0) > 0.5 and y.get("sr", 0) <= 0.5 for x, y in zip(a, b))
-        b_only = sum(y.get("sr", 0) > 0.5 and x.get("sr", 0) <= 0.5 for x, y in zip(a, b))
-        d = [x.get("spl", 0.0) - y.get("spl", 0.0) for x, y in zip(a, b)]
-        n = len(d)
-        mean, se = mean_se(d)
-        head = (f"- {planner} vs {reference} (n={n} paired houses): SR only-{planner} {a_only} / only-reference "
-                f"{b_only}, McNemar p={mcnemar_exact(a_only, b_only):.3g}; SPL difference {mean:+.3f}")
-        if n < 2 or se == 0:
+        ref = [by[reference][k].metrics for k in keys]
+        own = [eps[k].metrics for k in keys]
+        sr = paired_test([(y.get("sr", 0) > 0.5, x.get("sr", 0) > 0.5) for y, x in zip(ref, own)], proportion=True)
+        spl = paired_test([(y.get("spl", 0.0), x.get("spl", 0.0)) for y, x in zip(ref, own)], proportion=False)
+        head = (f"- {planner} vs {reference} (n={spl['n_pairs']} paired houses): SR only-{planner} {sr['b_only']} / "
+                f"only-reference {sr['a_only']}, McNemar p={sr['p_value']:.3g}; SPL difference {spl['diff']:+.3f}")
+        if spl["p_value"] is None:
             out.append(head + " (no interval: fewer than 2 houses or no spread)")
             continue
-        p = math.erfc(abs(mean) / se / math.sqrt(2))
-        out.append(head + f" [{mean - 1.96 * se:+.3f}, {mean + 1.96 * se:+.3f}], p={p:.3g}")
+        lo, hi = spl["ci"]
+        out.append(head + f" [{lo:+.3f}, {hi:+.3f}], p={spl['p_value']:.3g}")
     return out
 
 

@@ -5,6 +5,10 @@ two planners run on the same episodes (same env, task and seed) are compared by 
 (:func:`mcnemar_exact`, :func:`paired_tests`), its p-value Holm-adjusted over the env's tests, so a reader
 can see when a handful of episodes decides nothing. :func:`summary_document` is what ``summary.json`` holds.
 
+:func:`paired_test` is the one paired test of every table (this summary, SayNav's, SayCanPay's and
+``groundplan compare``): exact McNemar for a 0/1 measure, the mean paired difference with its normal
+interval for any other; :func:`holm` is the one place a family of them is Holm-adjusted.
+
 Each row carries the declarations its traces record (``SummaryRow.oracles``: what the planner read of the
 simulator's truth, :mod:`groundplan.core.truth`); the rendered tables mark a row from them (``†`` an oracle,
 ``‡`` a stand-in, :mod:`groundplan.evaluation.marks`) and say under the table what each marked row read.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
@@ -21,7 +26,7 @@ from typing import Any, Iterable
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
-from groundplan.core.stats import holm_adjust, mcnemar_exact, wilson_interval
+from groundplan.core.stats import holm_adjust, mcnemar_exact, mean_interval, mean_se, wilson_interval
 from groundplan.core.truth import unique
 from groundplan.evaluation.marks import Marks, declarations_of
 from groundplan.rollout.traces import EpisodeTrace
@@ -197,29 +202,66 @@ def outcome(trace: EpisodeTrace, measure: str) -> bool | None:
     return None if value is None or value not in (0.0, 1.0) else bool(value)
 
 
-def mcnemar_pairs(pairs: Iterable[tuple[EpisodeTrace, EpisodeTrace]], measure: str) -> dict[str, Any] | None:
-    """:func:`mcnemar_outcomes` of ``measure`` on paired episodes (a's trace, b's trace), each side's 0/1
-    outcome read by :func:`outcome`."""
-    return mcnemar_outcomes((outcome(x, measure), outcome(y, measure)) for x, y in pairs)
+def outcomes(pairs: Iterable[tuple[EpisodeTrace, EpisodeTrace]], measure: str) -> list[tuple[bool | None, bool | None]]:
+    """Each paired episode's (a's, b's) 0/1 outcome on ``measure`` (:func:`outcome`), what
+    :func:`paired_test` takes for a proportion."""
+    return [(outcome(x, measure), outcome(y, measure)) for x, y in pairs]
 
 
-def mcnemar_outcomes(outcomes: Iterable[tuple[bool | None, bool | None]]) -> dict[str, Any] | None:
-    """The exact McNemar test (McNemar 1947) on paired 0/1 outcomes (a's, b's): the pair counts (both /
-    only a / only b / neither), each side's rate on the pairs and the two-sided p-value. Pairs where either
-    side has no outcome (None) are left out; None when none is left."""
-    kept = [(x, y) for x, y in outcomes if x is not None and y is not None]
+def paired_test(values: Iterable[tuple[Any, Any]], proportion: bool) -> dict[str, Any] | None:
+    """The paired test of every table: two sides (a, b) on the same episodes, one (a's value, b's value)
+    per shared episode. Pairing is what makes a handful of episodes informative: the two sides met the
+    same tasks, seeds and houses, so the variation between episodes cancels. Pairs where either side has
+    no value (None) are left out; None when no pair is left.
+
+    - ``proportion`` (0/1 per episode, ``Measure.proportion``): the exact McNemar test (McNemar 1947,
+      :func:`~groundplan.core.stats.mcnemar_exact`). Only the discordant pairs (solved by one side alone)
+      say anything about the difference, and under the null each is a fair coin, so p is the two-sided
+      binomial tail on them. The record has the pair counts (both / only a / only b / neither), each
+      side's rate on the pairs and ``p_value``.
+    - any other measure (SPL, LCS, path length): the mean paired difference b − a with its 95% normal
+      interval, mean ± 1.96 SE of the per-pair differences (:func:`~groundplan.core.stats.mean_interval`),
+      and the two-sided normal-approximation p-value of that mean, 2·(1 − Φ(|mean| / SE)). ``p_value``
+      is None where the approximation has nothing to stand on: fewer than two pairs or no spread.
+
+    Adjust a family of these records with :func:`holm` before calling any difference significant."""
+    kept = [(x, y) for x, y in values if x is not None and y is not None]
     if not kept:
         return None
-    both = sum(x and y for x, y in kept)
-    a_only = sum(x and not y for x, y in kept)
-    b_only = sum(y and not x for x, y in kept)
     n = len(kept)
+    if proportion:
+        both = sum(bool(x) and bool(y) for x, y in kept)
+        a_only = sum(bool(x) and not y for x, y in kept)
+        b_only = sum(bool(y) and not x for x, y in kept)
+        return {
+            "n_pairs": n, "both": both, "a_only": a_only, "b_only": b_only, "neither": n - both - a_only - b_only,
+            "a_rate": (both + a_only) / n, "b_rate": (both + b_only) / n,
+            "p_value": mcnemar_exact(a_only, b_only),
+            "test": "McNemar exact, two-sided (binomial on discordant pairs)",
+        }
+    diffs = [float(y) - float(x) for x, y in kept]
+    mean, se = mean_se(diffs)
+    _, lo, hi = mean_interval(diffs)
     return {
-        "n_pairs": n, "both": both, "a_only": a_only, "b_only": b_only, "neither": n - both - a_only - b_only,
-        "a_rate": (both + a_only) / n, "b_rate": (both + b_only) / n,
-        "p_value": mcnemar_exact(a_only, b_only),
-        "test": "McNemar exact, two-sided (binomial on discordant pairs)",
+        "n_pairs": n, "a_mean": sum(float(x) for x, _ in kept) / n, "b_mean": sum(float(y) for _, y in kept) / n,
+        "diff": mean, "ci": [lo, hi], "se": se,
+        "p_value": None if n < 2 or se == 0 else math.erfc(abs(mean) / se / math.sqrt(2)),
+        "test": "paired mean difference b - a, 95% normal interval and two-sided z-test",
     }
+
+
+def holm(records: list[dict[str, Any]], family: str, alpha: float | None = None) -> list[dict[str, Any]]:
+    """Holm-adjust (Holm 1979, :func:`~groundplan.core.stats.holm_adjust`) the ``p_value`` of each record
+    of one family, in place: ``p_holm``, ``significant`` (``p_holm`` below ``alpha``, when one is given) and
+    ``adjustment``, which names the family (``"Holm-Bonferroni over the <n> <family>"``). A table makes many
+    paired tests; each at 0.05 would find a difference by chance, so a difference is called significant only
+    by the adjusted value, over the family a reader scans. Returns ``records``."""
+    for record, adjusted in zip(records, holm_adjust([r["p_value"] for r in records])):
+        record["p_holm"] = adjusted
+        if alpha is not None:
+            record["significant"] = adjusted < alpha
+        record["adjustment"] = f"Holm-Bonferroni over the {len(records)} {family}"
+    return records
 
 
 def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None = None) -> list[dict[str, Any]]:
@@ -246,13 +288,10 @@ def paired_tests(traces: Iterable[EpisodeTrace], planner_order: list[str] | None
                         *sorted({m for k in keys for m in planners[a][k].metrics
                                  if m not in ROW_RATES and is_proportion(m)})]
             for m in measures:
-                record = mcnemar_pairs([(planners[a][k], planners[b][k]) for k in keys], m)
+                record = paired_test(outcomes([(planners[a][k], planners[b][k]) for k in keys], m), proportion=True)
                 if record is not None:
                     out.append({"env": env, "measure": m, "a": a, "b": b, **record})
-        family = out[family_start:]
-        for record, adjusted in zip(family, holm_adjust([r["p_value"] for r in family])):
-            record["p_holm"] = adjusted
-            record["adjustment"] = f"Holm-Bonferroni over the {len(family)} paired tests of env '{env}'"
+        holm(out[family_start:], f"paired tests of env '{env}'")
     return out
 
 

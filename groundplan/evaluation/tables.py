@@ -4,6 +4,10 @@ tables RUN...``): from what the run declares in its ``config.json``, not from it
 - a run with SayCanPay planners gets SayCanPay's table (:mod:`groundplan.evaluation.saycanpay`: success,
   cost-effectiveness and plan length, paired tests on both);
 - a run in the house env gets SayNav's MultiON table (:mod:`groundplan.evaluation.saynav`);
+- a run in EAI's env (``virtualhome_eai``) gets its summary table and EAI's leaderboard
+  (:mod:`groundplan.evaluation.eai.leaderboard`): the 15 stored LLMs, the run's planners and any
+  ``groundplan eai generate`` folder given with it (open-loop rows), judged on the tasks they all ran,
+  under both semantics, with paired tests;
 - any other run gets the summary table (:mod:`groundplan.evaluation.summary`): the env's own measures
   when it declares them (``EnvCapabilities.table_measures``, e.g. Zero-Shot Planners' executability and
   LCS), else execution and plan success per family; then the paired McNemar tests, Holm-adjusted.
@@ -34,7 +38,7 @@ from groundplan.rollout.traces import EpisodeTrace, read_traces
 #: the table of a run whose planners include one of these (by planner name)
 TABLE_OF_PLANNER = {"saycanpay": "saycanpay"}
 #: the table of a run in one of these envs
-TABLE_OF_ENV = {"house": "saynav"}
+TABLE_OF_ENV = {"house": "saynav", "virtualhome_eai": "eai"}
 
 
 def table_kind(config: dict[str, Any]) -> str:
@@ -93,7 +97,8 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
     """The table of the runs in ``run_dirs`` (several: planners run side by side, one table over all),
     as text. A folder that is not a run stands for the runs directly inside it (``--output`` of
     ``groundplan eval``). ``env`` and ``split`` name the env whose reference plans are SayCanPay's experts."""
-    folders = run_folders(run_dirs)
+    generated = [Path(d) for d in run_dirs if _is_eai_generated(Path(d))]
+    folders = run_folders([d for d in run_dirs if Path(d) not in generated])
     configs = run_configs(folders)
     kinds = {table_kind(c) for c in configs}
     if len(kinds) > 1:
@@ -105,7 +110,23 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
         return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split)
     if kind == "saynav":
         return saynav.report(traces)
+    if generated and kind != "eai":
+        raise InvalidInputError(f"{', '.join(map(str, generated))}: EAI open-loop answers go with runs of the "
+                                "virtualhome_eai env")
     order = list(dict.fromkeys(p.get("label") or p["name"] for c in configs for p in c.get("planners", [])))
     table = render_text(summary_table(summarize(traces, order), traces[0].env, folders[0].name))
     lines = paired_lines(traces, order)
-    return table + ("\nPaired tests (exact McNemar on the shared episodes):\n" + "\n".join(lines) if lines else "")
+    text = table + ("\nPaired tests (exact McNemar on the shared episodes):\n" + "\n".join(lines) if lines else "")
+    if kind == "eai":
+        from groundplan.evaluation.eai import leaderboard
+
+        entries = [*leaderboard.stored_entries(), *leaderboard.generated_entries(generated),
+                   *leaderboard.run_entries(traces)]
+        text += "\n" + leaderboard.render(leaderboard.build(entries))
+    return text
+
+
+def _is_eai_generated(folder: Path) -> bool:
+    """A ``groundplan eai generate`` output folder (``<label>_outputs.json`` and ``<label>_run.json``)."""
+    return folder.is_dir() and not (folder / "traces.jsonl").exists() and any(folder.glob("*_run.json")) \
+        and any(folder.glob("*_outputs.json"))

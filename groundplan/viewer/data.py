@@ -16,7 +16,7 @@ from groundplan.core.errors import NotFoundError
 from groundplan.core.stats import wilson_interval
 from groundplan.evaluation.compare import compare_folders
 from groundplan.evaluation.summary import summarize
-from groundplan.rollout.traces import EpisodeTrace
+from groundplan.rollout.traces import EpisodeTrace, trace_records
 
 log = logging.getLogger(__name__)
 _FRAME = re.compile(r"^\d{1,6}\.png$")
@@ -76,23 +76,17 @@ class ViewerData:
 
         path = self._run(run)
         traces, episodes = [], []
-        with (path / "traces.jsonl").open(encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    raw = json.loads(line)
-                except json.JSONDecodeError:  # a torn last line (a crash mid-write)
-                    continue
-                episodes.append(EpisodeTrace.from_dict(raw))
-                t = _finite(raw)
-                sid = safe_id(t["episode_id"])
-                fdir = path / "frames" / sid
-                files = sorted((p.name for p in fdir.glob("*.png") if _FRAME.match(p.name)), key=lambda n: int(n[:-4])) \
-                    if fdir.is_dir() else []
-                t["_safe_id"], t["_frames"] = sid, files
-                traces.append(t)
+        # the one reader of traces files (a torn last line skipped); the page gets each record as written,
+        # the summary table the trace it parses to
+        for raw, _ in trace_records(path / "traces.jsonl"):
+            episodes.append(EpisodeTrace.from_dict(raw))
+            t = _finite(raw)
+            sid = safe_id(t["episode_id"])
+            fdir = path / "frames" / sid
+            files = sorted((p.name for p in fdir.glob("*.png") if _FRAME.match(p.name)), key=lambda n: int(n[:-4])) \
+                if fdir.is_dir() else []
+            t["_safe_id"], t["_frames"] = sid, files
+            traces.append(t)
         summary = None
         if (path / "summary.json").exists():
             try:

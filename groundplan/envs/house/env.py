@@ -25,12 +25,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.core.errors import InvalidInputError
-from groundplan.core.measures import register_measure
+from groundplan.core.measures import register_measure, spl
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.house.layout import CELL, House, generate_house
-from groundplan.envs.house.metrics import kendall_tau, shortest_tour, spl
+from groundplan.envs.house.metrics import kendall_tau, shortest_tour
 from groundplan.envs.house.options import HouseConfig
 from groundplan.envs.house.render import render_topdown
 from groundplan.envs.house.start_state import HouseStartState

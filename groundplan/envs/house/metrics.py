@@ -1,5 +1,6 @@
-"""MultiON measures (SayNav Sec. 4.2): SR, SPL with the shortest path over all target orders, and
-Kendall tau between the found order and the optimal order.
+"""MultiON measures (SayNav Sec. 4.2): the shortest path over all target orders that SPL divides by, and
+Kendall tau between the found order and the optimal order. SR and SPL themselves are defined once, in
+:mod:`groundplan.core.measures` (:func:`~groundplan.core.measures.spl`), for the point-goal trainer too.
 
 The shortest path visits, for each target, a *viewpoint*: a walkable cell within the found radius
 (2.5 m) with a clear line of sight to it, since a target counts as found when it is seen from there.
@@ -78,13 +79,6 @@ def shortest_tour(house: House, start: tuple[float, float], targets: Sequence[Ob
         if total < best.length_m:
             best = ShortestTour(total, tuple(t.category for t in perm))
     return best
-
-
-def spl(success: bool, shortest_m: float, path_m: float) -> float:
-    """Success weighted by path length (Anderson et al. 2018): S * L* / max(L, L*)."""
-    if not success or not np.isfinite(shortest_m):
-        return 0.0
-    return float(shortest_m / max(path_m, shortest_m, 1e-9))
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:

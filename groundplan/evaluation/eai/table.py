@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
-from groundplan.core.stats import holm_adjust, mcnemar_exact, wilson_interval
+from groundplan.core.stats import mcnemar_exact, wilson_interval
 from groundplan.evaluation.eai.judge import Verdict
 from groundplan.evaluation.eai.parse import INVALID_JSON
 from groundplan.evaluation.eai.semantics import EAISemantics
-from groundplan.evaluation.summary import format_rate, mcnemar_outcomes
+from groundplan.evaluation.summary import format_rate, holm, paired_test
 
 ERROR_COLUMNS = ("parsing", "hallucination", "parameter", "wrong_order", "missing_step", "affordance",
                  "additional_step")
@@ -140,16 +140,14 @@ def render_rows(rows: list[EAIRow], title: str):
 def paired_success_tests(official: dict[str, list[Verdict]], corrected: dict[str, list[Verdict]]) -> list[dict[str, Any]]:
     """Per model, official against corrected success on the tasks both semantics score: the exact McNemar
     test (:func:`~groundplan.core.stats.mcnemar_exact`), Holm-adjusted over the models
-    (:func:`~groundplan.core.stats.holm_adjust`), so a reader sees for which models the corrections
+    (:func:`~groundplan.evaluation.summary.holm`), so a reader sees for which models the corrections
     move the success rate beyond chance."""
     out = []
     for model in official:
         a = {v.task_id: v for v in official[model] if v.scored}
         b = {v.task_id: v for v in corrected.get(model, []) if v.scored}
-        c = mcnemar_outcomes((a[k].success, b[k].success) for k in a if k in b) or {
+        c = paired_test(((a[k].success, b[k].success) for k in a if k in b), proportion=True) or {
             "n_pairs": 0, "both": 0, "a_only": 0, "b_only": 0, "neither": 0, "p_value": mcnemar_exact(0, 0)}
         out.append({"model": model, "n_pairs": c["n_pairs"], "both": c["both"], "official_only": c["a_only"],
                     "corrected_only": c["b_only"], "neither": c["neither"], "p_value": c["p_value"]})
-    for record, adjusted in zip(out, holm_adjust([r["p_value"] for r in out])):
-        record["p_holm"] = adjusted
-    return out
+    return holm(out, "models")

@@ -28,7 +28,7 @@ from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
-from groundplan.envs import ENVS
+from groundplan.factory import build_env
 from groundplan.pipelines.collect.config import CollectConfig
 from groundplan.actors.cluster import ray_session
 
@@ -64,7 +64,7 @@ def source_label(cfg: CollectConfig) -> str:
 
 def split_tasks(cfg: CollectConfig, split: str) -> list[Task]:
     """The deterministic tasks of ``split`` (the env built with ``split=<split>``)."""
-    env = ENVS.get(cfg.env.name)(**{**cfg.env.options, "split": split})
+    env = build_env(cfg.env.name, {**cfg.env.options, "split": split})
     try:
         tasks = env.tasks()
     finally:

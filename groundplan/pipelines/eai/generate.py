@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import re
 import time
 from collections.abc import Callable
@@ -83,16 +82,13 @@ class EAIGenerateConfig(BaseModel):
 
 
 def select_task_ids(config: EAIGenerateConfig) -> list[str]:
-    """The task ids this config asks for, sorted: the task set (or ``ids`` in it), then the sample of
-    ``limit`` (``random.Random(seed).sample`` of the sorted ids, itself sorted)."""
-    from groundplan.envs.virtualhome.eai.tasks import load_tasks
+    """The task ids this config asks for (:func:`~groundplan.envs.virtualhome.eai.tasks.sample_ids`)."""
+    from groundplan.envs.virtualhome.eai.tasks import sample_ids
 
-    in_set = sorted(t.task_id for t in load_tasks(config.task_set, ids=config.ids))
-    if config.ids is not None and (missing := sorted(set(config.ids) - set(in_set))):
-        raise InvalidInputError(f"task ids not in EAI's {config.task_set} set: {', '.join(missing)}")
-    if config.limit is not None and config.limit < len(in_set):
-        in_set = sorted(random.Random(config.seed).sample(in_set, config.limit))
-    return in_set
+    try:
+        return sample_ids(config.task_set, config.limit, config.seed, ids=config.ids)
+    except KeyError as exc:
+        raise InvalidInputError(str(exc.args[0])) from None
 
 
 def outputs_path(config: EAIGenerateConfig) -> Path:

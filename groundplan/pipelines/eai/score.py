@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -29,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.paths import atomic_write_text
 from groundplan.envs.virtualhome.eai.tasks import DROP_REASONS, load_tasks
-from groundplan.envs.virtualhome.simulator import package_root
+from groundplan.evaluation.eai import leaderboard
 from groundplan.evaluation.eai.judge import EAIJudge, Verdict
+from groundplan.evaluation.eai.leaderboard import load_outputs, stored_dir, stored_models
 from groundplan.evaluation.eai.semantics import (
     COUNT_CORRECTIONS,
     CORRECTIONS,
@@ -50,7 +50,6 @@ from groundplan.evaluation.eai.table import (
 from groundplan.evaluation.summary import render_text
 
 log = logging.getLogger(__name__)
-_OUTPUTS = re.compile(r"^(.*)_outputs\.json$")
 
 
 class EAIScoreConfig(BaseModel):
@@ -65,21 +64,14 @@ class EAIScoreConfig(BaseModel):
                                                      "package's llm_response/action_sequence)")
     count_corrections: bool = Field(True, description="also judge official with each verdict correction alone, "
                                                       "to count what each changes per model")
+    runs: list[Path] = Field(default_factory=list, description="groundplan eval run folders of the virtualhome_eai env "
+                             "(or folders of runs): each planner a closed-loop row on the leaderboard")
+    generated: list[Path] = Field(default_factory=list, description="`groundplan eai generate` outputs (files or "
+                                  "folders of <label>_outputs.json): each an open-loop row on the leaderboard")
 
 
 def responses_dir(config: EAIScoreConfig) -> Path:
-    return config.responses or package_root() / "llm_response" / "action_sequence"
-
-
-def stored_models(folder: Path) -> list[str]:
-    """The models with a ``<model>_outputs.json`` in ``folder``, sorted."""
-    return sorted(m.group(1) for p in folder.iterdir() if (m := _OUTPUTS.match(p.name)))
-
-
-def load_outputs(folder: Path, model: str) -> dict[str, str]:
-    """Task id -> the model's answer text."""
-    with open(folder / f"{model}_outputs.json", encoding="utf-8") as f:
-        return {row["identifier"]: row["llm_output"] for row in json.load(f)}
+    return config.responses or stored_dir()
 
 
 def _outcome(v: Verdict) -> tuple[Any, ...]:
@@ -112,7 +104,7 @@ def score(config: EAIScoreConfig) -> dict[str, Any]:
     if missing := [m for m in models if m not in available]:
         raise InvalidInputError(f"no stored outputs for {missing}; stored: {', '.join(available)}")
     config.output.mkdir(parents=True, exist_ok=True)
-    outputs = {m: load_outputs(folder, m) for m in models}
+    outputs = {m: load_outputs(folder / f"{m}_outputs.json") for m in models}
 
     t0 = time.perf_counter()
     task_ids = sorted({i for o in outputs.values() for i in o})
@@ -184,10 +176,27 @@ def score(config: EAIScoreConfig) -> dict[str, Any]:
                 for v in verdicts[n][m]:
                     f.write(json.dumps({"model": m, **v.to_dict()}) + "\n")
     text = render(result, rows)
+    if config.runs or config.generated:
+        board = score_leaderboard(config, folder, models, judge)
+        result["leaderboard"] = board.to_dict()
+        text += "\n" + leaderboard.render(board)
     atomic_write_text(config.output / "summary.json", json.dumps(result, indent=2))
     atomic_write_text(config.output / "table.txt", text)
     result["text"] = text
     return result
+
+
+def score_leaderboard(config: EAIScoreConfig, folder: Path, models: list[str],
+                      judge: EAIJudge | None = None) -> leaderboard.Leaderboard:
+    """groundplan's rows (``runs``, ``generated``) beside the stored models, on the tasks they all ran,
+    with paired tests (:mod:`groundplan.evaluation.eai.leaderboard`)."""
+    from groundplan.evaluation.tables import run_folders, run_traces
+
+    entries = leaderboard.stored_entries(folder, models) + leaderboard.generated_entries(config.generated)
+    if config.runs:
+        entries += leaderboard.run_entries(run_traces(run_folders(config.runs)))
+    names = ["official", "corrected"] if config.semantics == "both" else [config.semantics]
+    return leaderboard.build(entries, names, judge)
 
 
 def render(result: dict[str, Any], rows: dict[str, list[EAIRow]]) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from groundplan.core.stats import mean_interval, wilson_interval
+from groundplan.core.measures import navigation_rates, spl
 from groundplan.pipelines.train.pointnav_config import PointNavTrainConfig
 from groundplan.pipelines.train.canpay import TrainResult
 
@@ -90,9 +90,10 @@ def rollout_episodes(kwargs: dict[str, Any], episode_seeds: list[int], policy: A
 
 
 def episode_stats(seed: int, ok: bool, path_m: float, shortest_m: float, steps: int) -> dict[str, float]:
-    """One point-goal episode's record; SPL = success · L* / max(path, L*) (Anderson et al. 2018)."""
+    """One point-goal episode's record; its SPL is :func:`~groundplan.core.measures.spl` (Anderson et al.
+    2018), the definition the house env's MultiON episodes use too."""
     return {"seed": int(seed), "success": float(ok), "path_m": float(path_m), "shortest_m": float(shortest_m),
-            "steps": float(steps), "spl": float(ok) * shortest_m / max(path_m, shortest_m)}
+            "steps": float(steps), "spl": spl(ok, shortest_m, path_m)}
 
 
 def astar_episodes(kwargs: dict[str, Any], episode_seeds: list[int]) -> list[dict[str, float]]:
@@ -157,13 +158,12 @@ def parallel_rollouts(cfg: PointNavTrainConfig, seeds: list[int], env_seeds: tup
 
 
 def summarize(stats: list[dict[str, float]], prefix: str) -> dict[str, float]:
-    """SR with its 95% Wilson interval, SPL with a 95% normal interval, n."""
-    n = len(stats)
-    succ = sum(s["success"] for s in stats)
-    lo, hi = wilson_interval(int(succ), n)
-    spl, spl_lo, spl_hi = mean_interval([float(s["spl"]) for s in stats])
-    return {f"{prefix}_n": float(n), f"{prefix}_sr": succ / n, f"{prefix}_sr_lo": lo, f"{prefix}_sr_hi": hi,
-            f"{prefix}_spl": spl, f"{prefix}_spl_lo": spl_lo, f"{prefix}_spl_hi": spl_hi,
+    """SR with its 95% Wilson interval, SPL with a 95% normal interval, n: SayNav's MultiON table's
+    aggregation (:func:`~groundplan.core.measures.navigation_rates`), so the two report alike."""
+    r = navigation_rates([s["success"] for s in stats], [s["spl"] for s in stats])
+    return {f"{prefix}_n": float(r.n), f"{prefix}_sr": r.sr, f"{prefix}_sr_lo": r.sr_ci[0],
+            f"{prefix}_sr_hi": r.sr_ci[1], f"{prefix}_spl": r.spl, f"{prefix}_spl_lo": r.spl_ci[0],
+            f"{prefix}_spl_hi": r.spl_ci[1],
             f"{prefix}_steps": float(np.mean([s["steps"] for s in stats]))}
 
 

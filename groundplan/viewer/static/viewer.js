@@ -82,7 +82,7 @@
     t.replaceChildren(el("tr", {}, ...["instruction", "planner", "family", "steps", "outcome"].map((h) => el("th", { text: h }))));
     for (const tr of rows) {
       const row = el("tr", { class: "episode-row" + (tr.episode_id === selected ? " selected" : ""), "data-id": tr.episode_id },
-        el("td", { text: tr.instruction }), el("td", { text: tr.planner }), el("td", { text: tr.family }),
+        el("td", { text: short(tr.instruction, 140), title: tr.instruction }), el("td", { text: tr.planner }), el("td", { text: tr.family }),
         el("td", { text: tr.steps.length }), el("td", {}, outcome(tr.execution_success)));
       row.addEventListener("click", () => showEpisode(tr));
       t.append(row);
@@ -128,6 +128,29 @@
     return img;
   }
 
+  // The env's name for what went wrong at a step (its StepResult.info, kept in the trace under info.env:
+  // error is e.g. EAI's executor error type, "precondition" or "parse"), or that the step did nothing
+  // (additional: EAI's additional step), beside the step's outcome.
+  function errorType(s) {
+    const info = (s.info || {}).env || {};
+    if (info.error) return el("span", { class: "bad error-type", text: ` · error type: ${info.error}` });
+    if (info.additional) return el("span", { class: "muted error-type", text: " · additional step (its effect already held)" });
+    return "";
+  }
+
+  // A long instruction (EAI's is its whole ~9,000-character prompt) is cut to its first line in lists and
+  // folded in the episode pane, so the steps stay in view; the full text is one click (or hover) away.
+  function short(text, n) {
+    const first = (text || "").trim().split("\n")[0];
+    return first.length > n ? first.slice(0, n - 1) + "…" : (first.length < (text || "").trim().length ? first + " …" : first);
+  }
+
+  function instructionBlock(text) {
+    if ((text || "").length <= 300) return el("h2", { text });
+    return el("details", { class: "instruction" }, el("summary", {}, el("b", { text: short(text, 160) }),
+      el("span", { class: "muted", text: ` (${text.length} characters: show all)` })), el("pre", { text }));
+  }
+
   async function showEpisode(t) {
     selected = t.episode_id;
     document.querySelectorAll("tr.episode-row").forEach((r) => r.classList.toggle("selected", r.dataset.id === selected));
@@ -144,12 +167,12 @@
       el("span", { style: "background:#f58518" }), "affordance", el("span", { style: "background:#54a24b" }), "combined");
     const steps = t.steps.map((s) => el("div", { class: "step", "data-step": s.index },
       el("h3", {}, `Step ${s.index + 1}: ${s.chosen}`, s.done ? " (done)" : "", " ",
-        s.done ? "" : outcome(s.success)),
+        s.done ? "" : outcome(s.success), errorType(s)),
       s.feedback ? el("div", { class: "feedback" }, el("b", { text: "feedback: " }), s.feedback) : "",
       s.prompt_delta ? el("pre", { class: "prompt-delta", text: s.prompt_delta }) : "",
       barChart(s, 8)));
     const frames = el("div", { class: "frames", id: "frames" });
-    box.replaceChildren(el("h2", { text: t.instruction }),
+    box.replaceChildren(instructionBlock(t.instruction),
       el("p", { class: "muted", text: `${t.episode_id} · planner ${t.planner} · family ${t.family} · seed ${t.seed} · LLM ${t.llm}` }),
       goal, el("h2", { text: "Timeline" }), timeline,
       el("h2", { text: `Camera frames (${t._frames.length})` }), frames,

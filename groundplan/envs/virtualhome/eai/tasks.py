@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import json
+import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
 
+from groundplan.core.paths import atomic_write_text, cache_dir
 from groundplan.core.types import Task
 from groundplan.envs.virtualhome import dataset, simulator
 from groundplan.envs.virtualhome.eai.goals import DictView, StateObjectView, count_goals, unsatisfied
@@ -184,3 +188,52 @@ def load_tasks(which: Literal["all", "official", "full"] = "all", ids: Iterable[
     if which != "all":
         raise ValueError(f"unknown task set {which!r}; valid: all, official, full")
     return tasks
+
+
+def _membership_key() -> str:
+    """What the set membership depends on: the package's version and this module's and the goal check's
+    code (a changed rule recomputes it)."""
+    from importlib import metadata
+    from pathlib import Path
+
+    from groundplan.envs.virtualhome.eai import goals
+
+    digest = hashlib.sha1(metadata.version("virtualhome-eval").encode())
+    for module in (__file__, goals.__file__):
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def set_membership() -> dict[str, tuple[bool, bool]]:
+    """Task id -> (in the official set, in the full set). Deciding it loads all 342 tasks (~35 s on 2
+    cores), so it is kept under ``cache_dir()/eai`` keyed by :func:`_membership_key`: each process that
+    samples tasks (a sweep's Ray workers) then loads only the tasks it runs."""
+    path = cache_dir() / "eai" / f"sets-{_membership_key()}.json"
+    try:
+        return {k: (bool(a), bool(b)) for k, (a, b) in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, TypeError):
+        pass
+    membership = {t.task_id: (t.in_official, t.in_full) for t in load_tasks("all")}
+    atomic_write_text(path, json.dumps(membership))
+    return membership
+
+
+def sample_ids(which: Literal["all", "official", "full"] = "official", limit: int | None = None, seed: int = 0,
+               ids: Iterable[str] | None = None) -> list[str]:
+    """The sorted ids of a task set (or of ``ids`` in it), then a fixed sample of ``limit`` of them:
+    ``random.Random(seed).sample`` of the sorted ids, itself sorted. Every row that takes the same
+    (set, limit, seed) runs the same tasks, so rows pair task by task. An id outside the set raises."""
+    if which not in ("all", "official", "full"):
+        raise ValueError(f"unknown task set {which!r}; valid: all, official, full")
+    member = set_membership()
+    column = {"official": 0, "full": 1}.get(which)
+    in_set = sorted(i for i, m in member.items() if column is None or m[column])
+    if ids is not None:
+        wanted = set(ids)
+        if missing := sorted(wanted - set(in_set)):
+            raise KeyError(f"task ids not in EAI's {which} set: {', '.join(missing)}")
+        in_set = [i for i in in_set if i in wanted]
+    if limit is not None and limit < len(in_set):
+        in_set = sorted(random.Random(seed).sample(in_set, limit))
+    return in_set

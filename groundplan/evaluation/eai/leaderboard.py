@@ -1,0 +1,220 @@
+"""groundplan's rows on EAI's leaderboard: the 15 stored LLMs, open-loop rows (``groundplan eai generate``)
+and closed-loop planners (``groundplan eval`` on the ``virtualhome_eai`` env), judged by one judge on the
+same tasks, with paired tests.
+
+Every row is judged by :class:`~groundplan.evaluation.eai.judge.EAIJudge`: a stored or generated answer
+from its text (parsing and hallucination checks included), a closed-loop episode from the program the
+robot executed (:func:`executed_steps`). When groundplan rows are present, every row is restricted to the
+tasks all of them ran (a fixed sample: the same tasks for every row), so each comparison is paired:
+the exact McNemar test on success, each groundplan row against every other row, Holm-adjusted over all
+the tests of one semantics (the family a reader scans). ``rank`` is where a groundplan row lands among
+the stored LLMs on those tasks: 1 + the number of stored rows with a strictly higher success rate.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Sequence
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.envs.virtualhome.eai.env import parse_skill
+from groundplan.envs.virtualhome.eai.tasks import load_tasks
+from groundplan.envs.virtualhome.simulator import package_root
+from groundplan.evaluation.eai.judge import EAIJudge, Verdict
+from groundplan.evaluation.eai.semantics import SEMANTICS
+from groundplan.evaluation.eai.table import EAIRow, aggregate, carry_runtime_errors, render_rows
+from groundplan.evaluation.summary import holm, paired_test, render_text
+from groundplan.rollout.traces import EpisodeTrace
+
+_OUTPUTS = re.compile(r"^(.*)_outputs\.json$")
+Kind = Literal["stored", "open_loop", "closed_loop"]
+#: the env whose episodes are closed-loop rows
+EAI_ENV = "virtualhome_eai"
+
+
+def stored_dir() -> Path:
+    """The package's folder of the 15 LLMs' stored answers."""
+    return package_root() / "llm_response" / "action_sequence"
+
+
+def stored_models(folder: Path) -> list[str]:
+    """The models with a ``<model>_outputs.json`` in ``folder``, sorted."""
+    return sorted(m.group(1) for p in folder.iterdir() if (m := _OUTPUTS.match(p.name)))
+
+
+def load_outputs(path: Path) -> dict[str, str]:
+    """Task id -> answer text, from a ``<model>_outputs.json`` (EAI's format)."""
+    with open(path, encoding="utf-8") as f:
+        return {row["identifier"]: row["llm_output"] for row in json.load(f)}
+
+
+def executed_steps(trace: EpisodeTrace) -> list[tuple[str, list[str]]]:
+    """The program a closed-loop episode executed: its successful steps in order, EAI's additional steps
+    (which succeed without effect) included, failed attempts left out (they changed nothing)."""
+    return [parse_skill(s.chosen) for s in trace.steps if not s.done and s.success]
+
+
+@dataclass
+class Entry:
+    """One leaderboard row's answers: task id -> answer text (stored, open loop) or trace (closed loop)."""
+
+    name: str
+    kind: Kind
+    answers: dict[str, Any]
+    note: str = ""
+
+
+def stored_entries(folder: Path | None = None, models: Sequence[str] | None = None) -> list[Entry]:
+    folder = folder or stored_dir()
+    return [Entry(m, "stored", load_outputs(folder / f"{m}_outputs.json")) for m in (models or stored_models(folder))]
+
+
+def generated_entries(paths: Iterable[Path]) -> list[Entry]:
+    """Open-loop rows from ``groundplan eai generate`` output files or folders (``<label>_outputs.json``)."""
+    out = []
+    for p in map(Path, paths):
+        files = sorted(p.glob("*_outputs.json")) if p.is_dir() else [p]
+        if not files or not all(f.is_file() and _OUTPUTS.match(f.name) for f in files):
+            raise InvalidInputError(f"{p} holds no <label>_outputs.json of `groundplan eai generate`")
+        out += [Entry(f"{_OUTPUTS.match(f.name).group(1)} (open loop)", "open_loop", load_outputs(f)) for f in files]
+    return out
+
+
+def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
+    """Closed-loop rows from eval traces of the ``virtualhome_eai`` env: one row per (planner, LLM); an
+    episode that ended in an error is still judged on what it executed (its count is in the note)."""
+    rows: dict[str, dict[str, EpisodeTrace]] = defaultdict(dict)
+    errors: dict[str, int] = defaultdict(int)
+    for t in traces:
+        if t.env != EAI_ENV:
+            raise InvalidInputError(f"episode {t.episode_id} is from env {t.env!r}; EAI's rows need {EAI_ENV!r} runs")
+        name = f"{t.planner} [{t.llm}]"
+        if t.task_id in rows[name]:
+            raise InvalidInputError(f"{name} has two episodes of task {t.task_id} (another seed?): EAI's simulator is "
+                                    "deterministic, give one seed per row")
+        rows[name][t.task_id] = t
+        errors[name] += bool(t.error)
+    return [Entry(n, "closed_loop", r, f"{errors[n]} episode(s) ended in an error" if errors[n] else "")
+            for n, r in rows.items()]
+
+
+@dataclass
+class Leaderboard:
+    task_ids: list[str]
+    entries: list[Entry]
+    rows: dict[str, list[EAIRow]] = field(default_factory=dict)
+    verdicts: dict[str, dict[str, list[Verdict]]] = field(default_factory=dict)
+    paired: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    ranks: dict[str, dict[str, int]] = field(default_factory=dict)
+    attempts: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_ids": self.task_ids, "entries": {e.name: {"kind": e.kind, "note": e.note} for e in self.entries},
+                "rows": {s: [r.to_dict() for r in rs] for s, rs in self.rows.items()}, "paired": self.paired,
+                "ranks": self.ranks, "attempts": self.attempts}
+
+
+def build(entries: list[Entry], semantics: Sequence[str] = ("official", "corrected"),
+          judge: EAIJudge | None = None) -> Leaderboard:
+    """Judge every entry on the shared tasks (see the module) under each semantics."""
+    ours = [e for e in entries if e.kind != "stored"]
+    if ours:
+        shared = set.intersection(*(set(e.answers) for e in ours))
+    else:
+        shared = set().union(*(set(e.answers) for e in entries))
+    if not shared:
+        raise InvalidInputError("the rows share no task: run them on the same tasks (e.g. the same --limit and seed)")
+    task_ids = sorted(shared)
+    judge = judge or EAIJudge()
+    board = Leaderboard(task_ids, entries)
+    verdicts: dict[str, dict[str, list[Verdict]]] = {s: defaultdict(list) for s in semantics}
+    for task in load_tasks(ids=task_ids):  # task-major: the judge's step cache holds this task's prefixes
+        for e in entries:
+            answer = e.answers.get(task.task_id)
+            if answer is None:
+                continue
+            for s in semantics:
+                sem = SEMANTICS[s]
+                v = (judge.score_steps(task.task_id, executed_steps(answer), sem) if e.kind == "closed_loop"
+                     else judge.score_text(task.task_id, answer, sem))
+                verdicts[s][e.name].append(v)
+    board.verdicts = {s: dict(v) for s, v in verdicts.items()}
+    for s in semantics:
+        sem = SEMANTICS[s]
+        stored = carry_runtime_errors([aggregate(e.name, verdicts[s][e.name], sem) for e in entries
+                                       if e.kind == "stored"], sem)
+        own = [aggregate(e.name, verdicts[s][e.name], sem) for e in ours]  # counts per row: nothing to carry
+        board.rows[s] = sorted([*stored, *own], key=lambda r: -(r.successes / r.n if r.n else 0.0))
+        board.paired[s] = paired_tests(verdicts[s], [e.name for e in ours], [e.name for e in entries])
+        rates = {r.model: (r.successes / r.n if r.n else 0.0) for r in board.rows[s]}
+        stored_rates = [rates[e.name] for e in entries if e.kind == "stored"]
+        board.ranks[s] = {e.name: 1 + sum(r > rates[e.name] for r in stored_rates) for e in ours}
+    for e in ours:
+        if e.kind == "closed_loop":
+            episodes = [t for t in e.answers.values() if t.task_id in shared]
+            failed = [sum(1 for st in t.steps if not st.done and st.success is False) for t in episodes]
+            wall = sum(t.wall_s for t in episodes)
+            board.attempts[e.name] = {"failed_attempts_mean": sum(failed) / len(failed) if failed else 0.0,
+                                      "episodes_with_failed_attempts": sum(f > 0 for f in failed),
+                                      "episode_wall_s": round(wall, 1),
+                                      "episodes_per_s": round(len(episodes) / wall, 4) if wall else None}
+    return board
+
+
+def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str]) -> list[dict[str, Any]]:
+    """Exact McNemar on success and on executability (tasks both rows score), each challenger against every
+    other row (each pair once), Holm-adjusted over all of them: success says whether a row reaches more
+    goals, executability whether it makes fewer of EAI's errors (what grounding should remove)."""
+    out = []
+    done: set[frozenset[str]] = set()
+    for a in challengers:
+        for b in names:
+            if a == b or frozenset((a, b)) in done:
+                continue
+            done.add(frozenset((a, b)))
+            va = {v.task_id: v for v in verdicts.get(a, []) if v.scored}
+            vb = {v.task_id: v for v in verdicts.get(b, []) if v.scored}
+            for measure in ("success", "executable"):
+                c = paired_test(((getattr(va[k], measure), getattr(vb[k], measure)) for k in va if k in vb),
+                                proportion=True)
+                if c is not None:
+                    out.append({"a": a, "b": b, "measure": measure, "n_pairs": c["n_pairs"], "a_only": c["a_only"],
+                                "b_only": c["b_only"], "a_rate": c["a_rate"], "b_rate": c["b_rate"],
+                                "p_value": c["p_value"]})
+    return holm(out, "groundplan-row comparisons of this semantics (success and executability)")
+
+
+def render(board: Leaderboard, title: str = "EAI action sequencing") -> str:
+    """One table per semantics, then each groundplan row's rank, attempts and its paired tests."""
+    parts = []
+    n = len(board.task_ids)
+    for s, rows in board.rows.items():
+        parts.append(render_text(render_rows(rows, f"{title}, {s} semantics, {n} shared tasks")))
+        lines = [f"groundplan rows, {s} semantics (rank among the {sum(e.kind == 'stored' for e in board.entries)} "
+                 "stored LLMs on these tasks; paired exact McNemar on success and executability, Holm over the "
+                 f"{len(board.paired[s])} tests of this semantics):"]
+        for name, rank in board.ranks[s].items():
+            extra = board.attempts.get(name)
+            note = (f"; failed attempts per episode {extra['failed_attempts_mean']:.2f}, in "
+                    f"{extra['episodes_with_failed_attempts']} episode(s); {extra['episode_wall_s']} s of episodes "
+                    f"({extra['episodes_per_s']} episodes/s, one at a time)" if extra else "")
+            lines.append(f"  {name}: rank {rank}{note}")
+            for r in board.paired[s]:
+                if r["a"] == name and r["p_holm"] < 0.05:
+                    lines.append(f"    {r['measure']} vs {r['b']}: {r['a_rate']:.0%} vs {r['b_rate']:.0%} (n={r['n_pairs']}, "
+                                 f"{r['a_only']}/{r['b_only']} discordant) p={r['p_value']:.3g} p_holm={r['p_holm']:.3g}")
+            significant = sum(1 for r in board.paired[s] if r["a"] == name and r["p_holm"] < 0.05)
+            lines.append(f"    {significant} of {sum(1 for r in board.paired[s] if r['a'] == name)} comparisons "
+                         "significant after Holm (every test: the leaderboard in `groundplan eai score --runs RUN`'s summary.json)")
+        parts.append("\n".join(lines) + "\n")
+    parts.append("Inputs: every row reads EAI's prompt for the task, symbolic goal included (EAI gives it to every "
+                 "model). Open-loop rows write the whole program from it. Closed-loop rows act one step at a time and "
+                 "are judged on the program they executed; a row marked oracle also reads the simulator's "
+                 "preconditions. A closed-loop row that executed nothing counts as EAI's empty output (parsing).\n")
+    notes = [f"  {e.name}: {e.note}" for e in board.entries if e.note]
+    if notes:
+        parts.append("notes:\n" + "\n".join(notes) + "\n")
+    return "\n".join(parts)

@@ -1,0 +1,124 @@
+"""EAI's tasks as a closed-loop env (``virtualhome_eai``): steps, the goal check against the judge, the
+leaderboard built from a sweep's traces, and `groundplan tables` printing it beside the stored rows."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("virtualhome_eval")
+
+from groundplan.envs import ENVS  # noqa: E402
+from groundplan.envs.virtualhome.eai.env import parse_skill, script_line, task_skills  # noqa: E402
+from groundplan.envs.virtualhome.eai.tasks import load_task, sample_ids  # noqa: E402
+from groundplan.evaluation.eai.judge import EAIJudge  # noqa: E402
+from groundplan.evaluation.eai.semantics import CORRECTED  # noqa: E402
+
+SAMPLE = dict(task_set="official", limit=6, sample_seed=0)
+
+
+def _gold_labels(task_id: str) -> list[str]:
+    """The dataset's reference program as env skills (names, not ids)."""
+    out = []
+    for line in load_task(task_id).gold_script:
+        action = re.match(r"\[(\w+)\]", line).group(1)
+        names = re.findall(r"<([^<>]+)> \(\d+\)", line)
+        out.append(" ".join([f"[{action}]", *(f"<{n}>" for n in names)]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def env():
+    return ENVS.get("virtualhome_eai")(**SAMPLE)
+
+
+def test_tasks_are_the_generate_sample_and_read_eai_prompt(env):
+    tasks = env.tasks()
+    assert [t.task_id for t in tasks] == sample_ids("official", 6, 0)
+    for t in tasks:
+        assert t.instruction == load_task(t.task_id).prompt and t.instruction.lstrip().startswith("The task is")
+
+
+def test_skills_are_eai_vocabulary_over_relevant_objects(env):
+    task = env.tasks()[0]
+    obs = env.reset(task, 0)
+    eai = load_task(task.task_id)
+    assert obs.skills == list(task_skills(task.task_id)) and obs.skills[-1] == "done"
+    assert "[STANDUP]" in obs.skills
+    named = {a for s in obs.skills[:-1] for a in parse_skill(s)[1]}
+    assert named == set(eai.name_to_id) - {"character"}
+    assert parse_skill("[PUTBACK] <cup> <sink>") == ("PUTBACK", ["cup", "sink"])
+    with pytest.raises(ValueError):
+        parse_skill("walk to the sink")
+    assert script_line("[WALK] <%s>" % next(iter(named)), eai.name_to_id).endswith(")")
+
+
+def test_bad_steps_fail_without_raising(env):
+    task = env.tasks()[0]
+    env.reset(task, 0)
+    r = env.execute("walk to the moon")
+    assert not r.success and r.info["error"] == "parse"
+    r = env.execute("[WALK] <moon>")
+    assert not r.success and "not in this task" in r.feedback
+
+
+def test_goal_check_equals_the_judge_on_gold_and_broken_programs(env):
+    """The env's goal check is the corrected semantics' verdict on the program it executed, for each gold
+    program and for its first step alone (which reaches no task's goal here)."""
+    judge = EAIJudge()
+    agree = successes = 0
+    for task in env.tasks():
+        for labels in (_gold_labels(task.task_id), _gold_labels(task.task_id)[:1]):
+            env.reset(task, 0)
+            results = [env.execute(label) for label in labels]
+            executed = [parse_skill(label) for label, r in zip(labels, results) if r.success]
+            verdict = judge.score_steps(task.task_id, executed, CORRECTED)
+            goal = env.check_goal()
+            agree += goal.success == verdict.success
+            successes += goal.success
+    assert agree == 2 * len(env.tasks())
+    assert successes == len(env.tasks())  # every gold program succeeds, no first step alone does
+
+
+def test_preconditions_affordance_prunes_to_feasible_steps(env):
+    from groundplan.grounding import AFFORDANCES
+
+    task = env.tasks()[0]
+    obs = env.reset(task, 0)
+    affordance = AFFORDANCES.get("virtualhome_preconditions")()
+    values = affordance(obs, obs.skills, ())
+    feasible = [s for s, v in zip(obs.skills, values) if v == 1.0]
+    assert 0 < len(feasible) < len(obs.skills) // 2
+    assert all(env.execute(s).success for s in feasible[:3] if s.startswith("[WALK]"))
+
+
+def test_sweep_traces_become_leaderboard_rows(tmp_path):
+    """A SayCan sweep (fake LM, the oracle preconditions) on two EAI tasks; `groundplan tables` on its run
+    prints its summary and EAI's leaderboard with the 15 stored rows on the same two tasks."""
+    from fakes import FakeLM
+
+    from groundplan.config import EvalConfig
+    from groundplan.evaluation.eai import leaderboard
+    from groundplan.evaluation.tables import run_folders, run_tables, run_traces
+    from groundplan.pipelines.evaluate.sweep import run_sweep
+
+    cfg = EvalConfig.model_validate({
+        "name": "eai_t", "env": {"name": "virtualhome_eai", "options": {"limit": 2, "sample_seed": 0}},
+        "planners": [{"name": "saycan", "label": "SayCan", "affordance": "virtualhome_preconditions",
+                      "options": {"prompt": "saycan_eai", "max_instruction_chars": 20000, "llm_score": "mean"}}],
+        "seeds": [0], "max_steps": 4, "output_dir": str(tmp_path),
+        "runtime": {"executor": "local", "mlflow": False}})
+    run_sweep(cfg, lm=FakeLM(), progress=False)
+    run = tmp_path / "eai_t"
+    traces = list(run_traces(run_folders([run])))
+    assert len(traces) == 2 and all(not t.error for t in traces)
+    assert all(t.steps and t.steps[0].success for t in traces)  # the oracle offers only feasible steps
+    board = leaderboard.build([*leaderboard.stored_entries(), *leaderboard.run_entries(traces)])
+    assert board.task_ids == sorted(t.task_id for t in traces)
+    names = {r.model for r in board.rows["official"]}
+    assert len(names) == 16 and any(n.startswith("SayCan") for n in names)
+    ours = next(n for n in names if n.startswith("SayCan"))
+    assert all(r["a"] == ours for r in board.paired["official"]) and len(board.paired["official"]) == 30
+    text = run_tables([run])
+    assert "EAI action sequencing, official semantics, 2 shared tasks" in text and "gpt-4o-2024-05-13" in text
+    assert "rank" in text
