@@ -39,6 +39,10 @@ HOLD_RELATIONS = ("HOLDS_RH", "HOLDS_LH")
 #: "already grabbed"): ``ExecutionInfo.assign_error_type("satisfied")``, which the package's own
 #: action-sequence evaluator counts as an "additional step" and steps over instead of failing the plan
 REDUNDANT_ERROR_TYPE = 4
+#: the executor's error type -> EAI's runtime error name (``ExecutionInfo.assign_error_type``); EAI's judge
+#: and its closed-loop env name a failed step by it
+EXECUTOR_ERRORS = {0: "wrong_order", 1: "missing_step", 2: "affordance", 3: "unseen_object",
+                   REDUNDANT_ERROR_TYPE: "additional_step", 5: "unknown"}
 
 
 def package_root() -> Path:

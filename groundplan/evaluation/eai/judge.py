@@ -34,16 +34,12 @@ from typing import Any, Sequence
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals
 from groundplan.envs.virtualhome.eai.prompts import evaluator_actions, prompt_actions
-from groundplan.envs.virtualhome.simulator import execute_line_info
+from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line_info
 from groundplan.evaluation.eai.parse import EMPTY, ParsedOutput, parse_output
 from groundplan.evaluation.eai.semantics import EAISemantics
 
-#: executor error type -> EAI's runtime error name (``ExecutionInfo.assign_error_type``)
-RUNTIME_ERRORS = {0: "wrong_order", 1: "missing_step", 2: "affordance", 3: "unseen_object", 4: "additional_step",
-                  5: "unknown"}
 ERROR_TYPES = ("parsing", "hallucination", "parameter", "wrong_order", "missing_step", "affordance",
                "unseen_object", "unknown")
-ADDITIONAL = 4
 MISSING = 1
 
 Steps = Sequence[tuple[str, Sequence[Any]]]
@@ -193,11 +189,11 @@ class EAIJudge:
                 history.append(state)
                 executed.append(line)
                 continue
-            if code == ADDITIONAL:
+            if code == REDUNDANT_ERROR_TYPE:
                 v.additional_steps.append(i)
                 continue
             v.executable = False
-            v.error_type = RUNTIME_ERRORS.get(code, "unknown")
+            v.error_type = EXECUTOR_ERRORS.get(code, "unknown")
             v.failing_step, v.error_message = i, message
             break
         goals = list(task.action_goals) if semantics.action_goal_order else list(set(task.action_goals))

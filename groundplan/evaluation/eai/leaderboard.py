@@ -25,8 +25,8 @@ from groundplan.envs.virtualhome.eai.tasks import load_tasks
 from groundplan.envs.virtualhome.simulator import package_root
 from groundplan.evaluation.eai.judge import EAIJudge, Verdict
 from groundplan.evaluation.eai.semantics import SEMANTICS
-from groundplan.evaluation.eai.table import EAIRow, aggregate, carry_runtime_errors, render_rows
-from groundplan.evaluation.summary import holm, paired_test, render_text
+from groundplan.evaluation.eai.table import EAIRow, aggregate, carry_runtime_errors, paired_verdicts, render_rows
+from groundplan.evaluation.summary import holm, render_text
 from groundplan.rollout.traces import EpisodeTrace
 
 _OUTPUTS = re.compile(r"^(.*)_outputs\.json$")
@@ -175,11 +175,8 @@ def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], nam
             if a == b or frozenset((a, b)) in done:
                 continue
             done.add(frozenset((a, b)))
-            va = {v.task_id: v for v in verdicts.get(a, []) if v.scored}
-            vb = {v.task_id: v for v in verdicts.get(b, []) if v.scored}
             for measure in ("success", "executable"):
-                c = paired_test(((getattr(va[k], measure), getattr(vb[k], measure)) for k in va if k in vb),
-                                proportion=True)
+                c = paired_verdicts(verdicts.get(a, []), verdicts.get(b, []), measure)
                 if c is not None:
                     out.append({"a": a, "b": b, "measure": measure, "n_pairs": c["n_pairs"], "a_only": c["a_only"],
                                 "b_only": c["b_only"], "a_rate": c["a_rate"], "b_rate": c["b_rate"],

@@ -137,6 +137,15 @@ def render_rows(rows: list[EAIRow], title: str):
     return table
 
 
+def paired_verdicts(a: Iterable[Verdict], b: Iterable[Verdict], field: str) -> dict[str, Any] | None:
+    """The exact McNemar test (:func:`~groundplan.evaluation.summary.paired_test`) of one 0/1 verdict field
+    (``success``, ``executable``) between two verdict lists, on the tasks both score; None when they share
+    none."""
+    va = {v.task_id: v for v in a if v.scored}
+    vb = {v.task_id: v for v in b if v.scored}
+    return paired_test(((getattr(va[k], field), getattr(vb[k], field)) for k in va if k in vb), proportion=True)
+
+
 def paired_success_tests(official: dict[str, list[Verdict]], corrected: dict[str, list[Verdict]]) -> list[dict[str, Any]]:
     """Per model, official against corrected success on the tasks both semantics score: the exact McNemar
     test (:func:`~groundplan.core.stats.mcnemar_exact`), Holm-adjusted over the models
@@ -144,9 +153,7 @@ def paired_success_tests(official: dict[str, list[Verdict]], corrected: dict[str
     move the success rate beyond chance."""
     out = []
     for model in official:
-        a = {v.task_id: v for v in official[model] if v.scored}
-        b = {v.task_id: v for v in corrected.get(model, []) if v.scored}
-        c = paired_test(((a[k].success, b[k].success) for k in a if k in b), proportion=True) or {
+        c = paired_verdicts(official[model], corrected.get(model, []), "success") or {
             "n_pairs": 0, "both": 0, "a_only": 0, "b_only": 0, "neither": 0, "p_value": mcnemar_exact(0, 0)}
         out.append({"model": model, "n_pairs": c["n_pairs"], "both": c["both"], "official_only": c["a_only"],
                     "corrected_only": c["b_only"], "neither": c["neither"], "p_value": c["p_value"]})

@@ -45,7 +45,7 @@ from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals, unsatisfied
 from groundplan.envs.virtualhome.eai.prompts import prompt_actions
-from groundplan.envs.virtualhome.simulator import execute_line_info
+from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line
 from groundplan.envs.virtualhome.start_state import VirtualHomeStartState
 
 register_measure("failed_attempts", "steps the executor refused (closed loop: the state is unchanged)",
@@ -56,10 +56,6 @@ register_measure("eai_length", "steps executed (additional steps included, faile
 MEASURES = ("failed_attempts", "eai_length")
 _SKILL = re.compile(r"^\[([A-Z_]+)\]((?:\s*<[^<>]+>)*)\s*$")
 _ARG = re.compile(r"<([^<>]+)>")
-#: the executor's error type for "the effect already holds" (EAI's additional step)
-ADDITIONAL = 4
-#: executor error type -> name (EAI's ``ExecutionInfo`` types; wrong temporal order is the judge's finding)
-ERROR_NAMES = {0: "wrong_order", 1: "missing_step", 2: "affordance", 3: "unseen_object", 5: "unknown"}
 
 
 class EAIEnvConfig(BaseModel):
@@ -128,10 +124,8 @@ class EAISnapshot:
             line = script_line(label, self.name_to_id)
         except ValueError as exc:
             return False, str(exc)
-        next_state, info, exc = execute_line_info(self.state, line)
-        if next_state is not None:
-            return True, ""
-        return False, f"{type(exc).__name__}: {exc}" if exc is not None else info.get_error_string()
+        ok, _, reason, _ = execute_line(self.state, line)
+        return ok, reason
 
 
 class EAIVirtualHomeEnv(Env):
@@ -187,18 +181,16 @@ class EAIVirtualHomeEnv(Env):
             line = script_line(skill, self._eai.name_to_id)
         except ValueError as exc:
             return StepResult(False, str(exc), self._observe(), info={"error": "parse"})
-        next_state, info, exc = execute_line_info(self._state, line)
-        if next_state is not None:
+        ok, next_state, reason, code = execute_line(self._state, line)
+        if ok:
             self._state = next_state
             self._executed.append(line)
             return StepResult(True, f"{skill}: ok", self._observe(), info={"script": line})
-        code = 5 if exc is not None else info.get_error_type()
-        reason = f"{type(exc).__name__}: {exc}" if exc is not None else info.get_error_string()
-        if code == ADDITIONAL:  # EAI counts it and goes on: the step did nothing
+        if code == REDUNDANT_ERROR_TYPE:  # EAI counts it and goes on: the step did nothing
             return StepResult(True, f"{skill}: its effect already holds", self._observe(),
                               info={"script": line, "additional": True})
         return StepResult(False, f"{skill}: {reason}", self._observe(),
-                          info={"script": line, "error": ERROR_NAMES.get(code, "unknown")})
+                          info={"script": line, "error": EXECUTOR_ERRORS.get(code, "unknown")})
 
     def check_goal(self) -> GoalResult:
         """Every node, edge and action goal (the corrected semantics' check; the official figure is in
