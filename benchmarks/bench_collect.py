@@ -38,14 +38,15 @@ def main() -> None:
     import ray
     import yaml
 
-    from groundplan.actors.collect_worker import CollectItem, CollectWorker
+    from groundplan.actors.worker import CollectItem, EpisodeWorker, WorkerSpec
+    from groundplan.config import EnvSpec
     from groundplan.envs import ENVS
 
     options = yaml.safe_load(args.options) or {}
     tasks = ENVS.get(args.env)(**{**options, "split": args.split}).tasks()
     items = [CollectItem(f"{t.task_id}|0", args.split, t, 0) for t in tasks]
 
-    class TimedWorker(CollectWorker):
+    class TimedWorker(EpisodeWorker):
         def window(self, mine: list, start_at: float, stop_at: float) -> int:
             while time.time() < start_at:
                 time.sleep(0.001)
@@ -62,8 +63,8 @@ def main() -> None:
     remote = ray.remote(num_cpus=1)(TimedWorker)
     rates: dict[int, float] = {}
     for n in (1, 2):
-        actors = [remote.remote(args.env, options, {"kind": "expert"}, 30) for _ in range(n)]
-        ray.get([a.ready.remote() for a in actors])  # envs built before the clock starts
+        actors = [remote.remote(WorkerSpec(EnvSpec(name=args.env, options=options), 30)) for _ in range(n)]
+        ray.get([a.info.remote() for a in actors])  # envs built before the clock starts
         start = time.time() + args.lead
         stop = start + args.window
         counts = ray.get([a.window.remote(items[k::n], start, stop) for k, a in enumerate(actors)])

@@ -27,7 +27,7 @@ the 51 skills as options):
   same; a decision that differs where the naive top two are within the tolerance is a ``tie``, not a
   failure (random weights make near-ties likelier than a trained model does);
 - once, for ``--serve-arch``: ``bench_serve.main`` with this model in the Serve scorer replica
-  (``batched_ratio``: concurrent / one-at-a-time requests per second through HTTP and ``@serve.batch``).
+  (``batched_ratio``: concurrent / one-at-a-time requests per second through HTTP and the scorer host's batcher).
 
 Without CUDA it says so and runs the CPU dry path: a tiny Llama in float32, a few options, b = 1, 2, 4,
 no Serve unless ``--serve``; it checks that every code path runs and that the scores agree.
@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
     ap.add_argument("--no-serve", dest="serve", action="store_false")
     ap.add_argument("--serve-arch", default=None, help="architecture served (default: the first of --archs)")
     ap.add_argument("--serve-requests", type=int, default=None, help="requests per window (default 64; CPU 4)")
-    ap.add_argument("--serve-concurrency", type=int, default=None, help="concurrent callers = @serve.batch size (default 16; CPU 2)")
+    ap.add_argument("--serve-concurrency", type=int, default=None, help="concurrent callers = the scorer batch size (default 16; CPU 2)")
     ap.add_argument("--serve-rounds", type=int, default=None, help="(serial, concurrent) window pairs (default 3; CPU 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-splice", action="store_true",

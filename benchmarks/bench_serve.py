@@ -6,9 +6,9 @@ prompt with a kitchen task's instruction (``build_prompt``, the prompt the plann
 on) and the kitchen env's own skill list as the options (all 51 by default; ``--options k`` sends a
 rotating window of k of them). The requests cycle through the kitchen's instructions, family by family.
 
-- **serial** (the unbatched baseline): one caller, one request at a time (each ``@serve.batch`` holds one);
+- **serial** (the unbatched baseline): one caller, one request at a time (each scorer batch holds one);
 - **concurrent**: ``--concurrency`` callers, threads started behind a barrier and timed over one shared
-  wall-clock window, so that ``@serve.batch`` can group requests into one ``score_batch``.
+  wall-clock window, so that the scorer host's batcher can group requests into one ``score_batch``.
 
 Both send the same requests, with the scorer's score memo off (it would answer every repeated request
 without the model). After an untimed warm-up pass over all of them (model load paths, the

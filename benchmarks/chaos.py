@@ -10,7 +10,7 @@ name, state, pid, node).
 
 What it runs: ``configs/saycan_kitchen.yaml`` (SayCan and No-VF, the real embedded model) through
 ``run_sweep`` with the ``ray`` executor, twice: once clean, once with a :class:`FaultInjector` that kills a
-random ``RunnerActor`` every ``--interval`` seconds and the ``LLMScorer`` at least ``--scorer-kills`` times
+random ``EpisodeWorker`` every ``--interval`` seconds and the ``LLMScorer`` at least ``--scorer-kills`` times
 (the scorer kills alternate with runner kills from the start). Optionally (``--kill-driver-after N``) it
 then runs the same sweep as a ``groundplan eval`` subprocess, SIGKILLs that driver once N episodes are
 recorded and runs the same command again, which must resume. The faulty and resumed runs must record
@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "saycan_kitchen.yaml"
-RUNNER_CLASS = "RunnerActor"
+RUNNER_CLASS = "EpisodeWorker"
 SCORER_CLASS = "LLMScorer"
 #: what tests/test_golden_traces.py allows the Ray path (the scorer batches and caches in another order)
 TOLERANCE = 1e-4
@@ -558,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import ray
 
-    from groundplan.actors.cluster import worker_niceness_for_local_ray
+    from groundplan.actors.group import worker_niceness_for_local_ray
 
     overrides = sweep_overrides(families=args.families.split(",") if args.families else None,
                                 per_family=args.per_family, seeds=[int(s) for s in args.seeds.split(",")],

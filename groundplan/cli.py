@@ -121,21 +121,38 @@ def _resources(items: Sequence[str]) -> dict[str, float]:
     return out
 
 
-def runtime_overrides(args: argparse.Namespace) -> list[str]:
-    """``--set``-style overrides of the config's ``runtime`` from the flags given on the command line, so
-    flags and YAML are validated by the same RuntimeSpec before anything starts."""
-    import json
-
-    out = [f"runtime.{field}={json.dumps(getattr(args, dest))}" for dest, field in RUNTIME_FLAGS.items()
-           if getattr(args, dest) is not None]
-    if args.local:
-        out.append("runtime.executor=local")
-    if args.no_mlflow:
-        out.append("runtime.mlflow=false")
+def runtime_update(args: argparse.Namespace) -> dict[str, Any]:
+    """The config's ``runtime`` fields the command line sets, as the typed values argparse parsed: the
+    flags given, none of the ones left out (a command that declares only some of them gets only those)."""
+    out = {field: getattr(args, dest) for dest, field in RUNTIME_FLAGS.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "local", False):
+        out["executor"] = "local"
+    if getattr(args, "no_mlflow", False):
+        out["mlflow"] = False
     for flag, field in (("scorer_resource", "scorer_resources"), ("worker_resource", "worker_resources")):
-        if getattr(args, flag):
-            out.append(f"runtime.{field}={json.dumps(_resources(getattr(args, flag)))}")
+        if getattr(args, flag, None):
+            out[field] = _resources(getattr(args, flag))
     return out
+
+
+def apply_eval_flags(cfg: Any, args: argparse.Namespace) -> Any:
+    """``cfg`` (an ``EvalConfig`` loaded with its ``--set`` overrides) with ``groundplan eval``'s flags
+    set on its typed fields: ``--full``, ``--output``, the runtime flags, then ``--planners``. Flags win
+    over the YAML and ``--set``, and each value is validated by the field's own rules (RuntimeSpec's
+    ranges) before anything starts; a bad one raises InvalidInputError naming the config field."""
+    from groundplan.config import with_fields
+
+    what = f"command-line flags for config {args.config}"
+    update: dict[str, Any] = {}
+    if args.full:
+        update["tasks"] = with_fields(cfg.tasks, {"per_family": None}, what, "tasks")
+    if args.output:
+        update["output_dir"] = args.output  # a str field without constraints: argparse's str is its value
+    if runtime := runtime_update(args):
+        update["runtime"] = with_fields(cfg.runtime, runtime, what, "runtime")
+    if update:
+        cfg = cfg.model_copy(update=update)
+    return keep_planners(cfg, args.planners) if args.planners else cfg
 
 
 def whole_task_file(overrides: Sequence[str]) -> list[str]:
@@ -174,14 +191,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from groundplan.config import load_config
     from groundplan.pipelines.evaluate.sweep import run_sweep
 
-    overrides = whole_task_file(args.set or [])
-    if args.full:
-        overrides.append("tasks.per_family=null")
-    if args.output:
-        overrides.append(f"output_dir={args.output}")
-    cfg = load_config(args.config, overrides + runtime_overrides(args))
-    if args.planners:
-        cfg = keep_planners(cfg, args.planners)
+    cfg = apply_eval_flags(load_config(args.config, whole_task_file(args.set or [])), args)
     result = run_sweep(cfg, progress=not args.no_progress, resume=not args.fresh)
     from groundplan.envs import ENVS
     from groundplan.evaluation.summary import print_table, render_metric_table
@@ -266,11 +276,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         import_plugins()  # $GROUNDPLAN_PLUGINS: backends of one's own, registered before the config names one
         cfg = load_serve_config(args.config, list(args.set or []))
-        from groundplan.config import probe_llm_needs
+        from groundplan.config import probe_llm_needs, with_fields
 
+        if args.port is not None:  # validated like the YAML's port (1-65535)
+            cfg = with_fields(cfg, {"port": args.port}, f"--port for serve config {args.config}")
         probe_llm_needs(cfg.llm, cfg.planners)  # an LLM server that cannot score is refused before serving
-        if args.port is not None:
-            cfg.port = args.port
         if stop.received is not None:
             return stop.exit_status
         console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
@@ -368,30 +378,26 @@ def cmd_eai(args: argparse.Namespace) -> int:
     config = EAIScoreConfig(output=Path(args.output), models=models, semantics=args.semantics,
                             responses=Path(args.responses) if args.responses else None,
                             count_corrections=not args.no_corrections, runs=[Path(r) for r in args.runs],
-                            generated=[Path(g) for g in args.generated])
+                            answers=[Path(g) for g in args.answers])
     result = score(config)
     console.print(result["text"], markup=False, highlight=False, soft_wrap=True)
     console.print(f"verdicts, summary and table: {args.output}", markup=False)
     return 0
 
 
-def cmd_eai_generate(args: argparse.Namespace) -> int:
-    from groundplan.config import LLMSpec
-    from groundplan.pipelines.eai.generate import EAIGenerateConfig, generate
+def cmd_eai_run(args: argparse.Namespace) -> int:
+    from groundplan.pipelines.eai.run import load_run_config, run
 
-    llm = LLMSpec(backend=args.backend, model=args.model,
-                  options={"base_url": args.base_url} if args.base_url else {})
-    config = EAIGenerateConfig(llm=llm, task_set=args.task_set, limit=args.limit, seed=args.seed,
-                               ids=[i.strip() for i in args.ids.split(",") if i.strip()] if args.ids else None,
-                               max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                               executor=args.executor, workers=args.workers, label=args.label,
-                               output=Path(args.output))
-    run = generate(config, progress=not args.no_progress)
-    console.print(f"{run['label']}: {run['n']} tasks ({run['generated']} generated, {run['skipped']} already done, "
-                  f"{len(run['errors'])} errors) in {run['wall_s']} s ({run['tasks_per_s']} tasks/s): "
-                  f"{run['outputs']}; score with `groundplan eai score --responses {args.output} --output DIR`",
-                  markup=False)
-    return 0
+    cfg = load_run_config(args.config)
+    if args.output:
+        cfg = cfg.model_copy(update={"output": Path(args.output)})
+    result = run(cfg, overrides=args.set, runtime=runtime_update(args), progress=not args.no_progress,
+                 resume=not args.fresh)
+    console.print(result["text"], markup=False, highlight=False, soft_wrap=True)
+    failed = [k for k, v in result["sweeps"].items() if "error" in v]
+    console.print(f"leaderboard: {cfg.output / 'summary.json'}, {cfg.output / 'table.txt'}; runs: "
+                  f"{', '.join(v['run_dir'] for v in result['sweeps'].values() if 'run_dir' in v)}", markup=False)
+    return 1 if failed else 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -434,6 +440,32 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+#: options that several subcommands take, declared once here (option -> its flags and argparse keywords), so
+#: a flag has the same name, type and default in every command that takes it; a command may reword its help
+#: (:func:`add_shared_options`)
+SHARED_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "set": (("--set",), {"action": "append", "default": [], "metavar": "KEY=VALUE",
+                         "help": "override a config field (values are YAML)"}),
+    "output": (("--output",), {"default": None, "help": "output folder"}),
+    "fresh": (("--fresh",), {"action": "store_true", "help": "start over instead of reusing an earlier run's work"}),
+    "no_progress": (("--no-progress",), {"action": "store_true", "help": "no progress bar"}),
+    "local": (("--local",), {"action": "store_true", "help": "run in this process without Ray"}),
+    "address": (("--address",), {"default": None, "help": "Ray cluster to join (default: RAY_ADDRESS or a local Ray)"}),
+    "no_mlflow": (("--no-mlflow",), {"action": "store_true", "help": "do not log to MLflow"}),
+}
+
+
+def add_shared_options(parser: Any, **options: bool | str | dict[str, Any]) -> None:
+    """Add the :data:`SHARED_OPTIONS` named as keywords to ``parser`` (a subcommand's parser or an argument
+    group), in the order given: ``True`` adds one as declared, a string is this command's help for it, and
+    a dict changes more of its keywords for this command (``help``, ``metavar``, ``required``)."""
+    for name, change in options.items():
+        flags, keywords = SHARED_OPTIONS[name]
+        if isinstance(change, str):
+            change = {"help": change}
+        parser.add_argument(*flags, **{**keywords, **(change if isinstance(change, dict) else {})})
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="groundplan", description="Grounded LLM planning for robots.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -450,8 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=20)
     p.add_argument("--top", type=_positive_int, default=5, help="options shown per step")
     p.add_argument("--chart", default=None, help="write a PNG bar chart of the scores (SayCan Fig. 7)")
-    p.add_argument("--set", action="append", default=[], metavar="llm.KEY=VALUE",
-                   help="override the LLM (values are YAML): llm.backend, llm.model, llm.options.<name>")
+    add_shared_options(p, set={"metavar": "llm.KEY=VALUE",
+                               "help": "override the LLM (values are YAML): llm.backend, llm.model, llm.options.<name>"})
     p.set_defaults(func=cmd_plan)
 
     e = sub.add_parser("eval", help="run an evaluation config and print the per-family table")
@@ -459,14 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--full", action="store_true", help="the full task set instead of the config's selection")
     e.add_argument("--planners", default=None, metavar="LABEL,LABEL",
                    help="run only these planners of the config (their labels, comma-separated)")
-    e.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. seeds=[0,1]")
-    e.add_argument("--output", default=None, help="output directory (default: the config's output_dir)")
-    e.add_argument("--fresh", action="store_true", help="ignore traces from an earlier run of this config")
-    e.add_argument("--no-progress", action="store_true")
+    add_shared_options(e, set="override a config field, e.g. seeds=[0,1]",
+                       output="output directory (default: the config's output_dir)",
+                       fresh="ignore traces from an earlier run of this config", no_progress=True)
     g = e.add_argument_group("runtime (overrides the config's runtime section)")
-    g.add_argument("--local", action="store_true",
-                   help="run in this process without Ray (default: Ray actors, a local Ray unless --address)")
-    g.add_argument("--address", default=None, help="join this Ray cluster ('auto', ray://host:10001); default: RAY_ADDRESS")
+    add_shared_options(g, local="run in this process without Ray (default: Ray actors, a local Ray unless --address)",
+                       address="join this Ray cluster ('auto', ray://host:10001); default: RAY_ADDRESS")
     g.add_argument("--workers", type=int, default=None, help="episode-runner actors (default 4)")
     g.add_argument("--envs-per-worker", type=int, default=None,
                    help="envs per episode-runner actor, each playing an episode in a thread (default 1)")
@@ -481,8 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="custom Ray resource each scorer needs, e.g. scorer=1 (GPU nodes)")
     g.add_argument("--worker-resource", action="append", default=[], metavar="NAME=AMOUNT",
                    help="custom Ray resource each episode runner needs, e.g. sim=1 (CPU nodes)")
-    g.add_argument("--no-mlflow", action="store_true",
-                   help="do not log the sweep to MLflow (no tracking server needed; `groundplan log` can log it later)")
+    add_shared_options(g, no_mlflow="do not log the sweep to MLflow (no tracking server needed; `groundplan log` can "
+                       "log it later)")
     e.set_defaults(func=cmd_eval)
 
     lg = sub.add_parser("log", help="log a finished sweep's run folder to MLflow (after --no-mlflow, or when the "
@@ -517,8 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a SayCanPay Can or Pay model on Ray Train, or SayNav's point-goal policy "
                        "with RLlib (a config with kind: pointnav), and register it in MLflow")
     t.add_argument("config", help="e.g. configs/train_can_kitchen.yaml")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field, e.g. epochs=5")
-    t.add_argument("--no-progress", action="store_true")
+    add_shared_options(t, set="override a config field, e.g. epochs=5", no_progress=True)
     t.set_defaults(func=cmd_train)
 
     pr = sub.add_parser("prompt", help="write SayCanPay's few-shot prompt (App. A.1) from collected train "
@@ -532,17 +561,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("collect", help="collect expert (or planner) trajectories into sharded Parquet (SayCanPay)")
     c.add_argument("config", help="a collect config, e.g. configs/collect_babyai.yaml")
-    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. limit=10")
-    c.add_argument("--fresh", action="store_true", help="delete the stored shards first")
-    c.add_argument("--no-progress", action="store_true")
+    add_shared_options(c, set="override a field, e.g. limit=10", fresh="delete the stored shards first", no_progress=True)
     c.set_defaults(func=cmd_collect)
 
     sv = sub.add_parser("serve", help="serve planning over HTTP (Ray Serve): /v1/score, /v1/plan, /v1/sessions")
     sv.add_argument("config", help="a serve config, e.g. configs/serve_kitchen.yaml")
-    sv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
+    add_shared_options(sv, set="override a config field")
     sv.add_argument("--port", type=int, default=None, help="override the config's port")
-    sv.add_argument("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or a local Ray)")
-    sv.add_argument("--local", action="store_true", help="one process, no Ray (uvicorn over the same API; no batching)")
+    add_shared_options(sv, address="Ray cluster address (default: RAY_ADDRESS or a local Ray)",
+                       local="one process, no Ray (uvicorn over the same API; no batching)")
     sv.set_defaults(func=cmd_serve)
 
     v = sub.add_parser("view", help="browse a sweep's traces in a local web page")
@@ -551,38 +578,30 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--port", type=int, default=8001)
     v.set_defaults(func=cmd_view)
 
-    ea = sub.add_parser("eai", help="the Embodied Agent Interface's VirtualHome action sequencing, scored from "
-                        "stored outputs by groundplan's judge")
+    ea = sub.add_parser("eai", help="the Embodied Agent Interface's VirtualHome action sequencing: groundplan's planners "
+                        "and the 15 stored LLMs on one leaderboard")
     ea_sub = ea.add_subparsers(dest="eai_command", required=True)
+    er = ea_sub.add_parser("run", help="the whole leaderboard from one config: the sweep of its eval config once per "
+                           "model (resumable), then every row beside the 15 stored LLMs, both semantics, paired tests")
+    er.add_argument("config", help="an EAI run config, e.g. configs/eai_leaderboard.yaml")
+    add_shared_options(er, set="override a field of the sweep's eval config, e.g. env.options.limit=5",
+                       output="folder for the leaderboard (default: the config's output)",
+                       fresh="replay every episode instead of reusing the run folders' traces", no_progress=True,
+                       local="run the sweeps in this process without Ray", address=True)
+    add_shared_options(er, no_mlflow="do not log the sweeps to MLflow (`groundplan log RUN` logs one later)")
+    er.set_defaults(func=cmd_eai_run)
     es = ea_sub.add_parser("score", help="score the stored LLM outputs under the official and corrected semantics: "
                            "per-task verdicts (JSONL) and per-model table with 95%% intervals")
     es.add_argument("--models", default=None, metavar="MODEL,MODEL", help="stored models (default: all 15)")
     es.add_argument("--semantics", choices=["official", "corrected", "both"], default="both")
-    es.add_argument("--output", required=True, help="folder for verdicts.jsonl, summary.json, table.txt")
+    add_shared_options(es, output={"required": True, "help": "folder for verdicts.jsonl, summary.json, table.txt"})
     es.add_argument("--responses", default=None, help="folder of <model>_outputs.json (default: the package's)")
     es.add_argument("--no-corrections", action="store_true", help="skip counting each correction alone")
     es.add_argument("--runs", nargs="*", default=[], metavar="RUN", help="groundplan eval runs of the virtualhome_eai "
-                    "env: their planners as closed-loop rows beside the stored models, on the tasks they ran")
-    es.add_argument("--generated", nargs="*", default=[], metavar="PATH", help="`groundplan eai generate` outputs: "
-                    "open-loop rows beside the stored models")
+                    "env: their planners as rows beside the stored models, on the tasks they ran")
+    es.add_argument("--answers", nargs="*", default=[], metavar="PATH", help="answer files in EAI's format made "
+                    "elsewhere (<label>_outputs.json, or folders of them): open-loop rows beside the stored models")
     es.set_defaults(func=cmd_eai)
-    eg = ea_sub.add_parser("generate", help="the open-loop row: an LM writes each task's whole program from EAI's "
-                           "stored prompt, saved as <output>/<label>_outputs.json for `eai score --responses`")
-    eg.add_argument("--backend", default="hf", help="LLM backend: hf (embedded model) or openai (a server)")
-    eg.add_argument("--model", default="smollm2-135m-instruct", help="model name, Hugging Face id or local path")
-    eg.add_argument("--base-url", default=None, help="the openai backend's /v1 root")
-    eg.add_argument("--task-set", choices=["official", "full"], default="official")
-    eg.add_argument("--ids", default=None, metavar="ID,ID", help="only these task ids")
-    eg.add_argument("--limit", type=int, default=None, help="a fixed sample of this many tasks (seeded)")
-    eg.add_argument("--seed", type=int, default=0, help="the sample's seed")
-    eg.add_argument("--max-new-tokens", type=int, default=384)
-    eg.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
-    eg.add_argument("--executor", choices=["local", "ray"], default="local")
-    eg.add_argument("--workers", type=int, default=1, help="Ray workers, one model each (executor ray)")
-    eg.add_argument("--label", default=None, help="the row's name (default: the model's)")
-    eg.add_argument("--output", required=True, help="folder for <label>_outputs.json and <label>_run.json")
-    eg.add_argument("--no-progress", action="store_true")
-    eg.set_defaults(func=cmd_eai_generate)
 
     ls = sub.add_parser("list", help="list registered envs, planners, affordances, LLM backends, datasets, measures")
     ls.add_argument("--options", action="store_true", help="also every plugin's options with defaults and descriptions")

@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal, Sequence, TypeVar
+from typing import Any, Literal, Mapping, Sequence, TypeVar
 
 import yaml
 from pydantic import (
@@ -340,6 +340,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def with_fields(model: M, update: Mapping[str, Any], what: str, path: str = "") -> M:
+    """``model`` with the fields in ``update`` replaced, validated by the model's own rules as a YAML
+    value would be: for values that arrive typed (command-line flags), which a round trip through
+    ``key=value`` text would only re-parse. ``path`` is the model's place in its config (``runtime``);
+    a bad value raises InvalidInputError naming ``what`` and the field by its config path. Meant for
+    models whose validators take their own output back unchanged (``RuntimeSpec``, ``TaskSelection``,
+    ``ServeConfig``), not ``EvalConfig``, whose validation expands planner grids."""
+    try:
+        return type(model).model_validate({**model.model_dump(exclude_unset=True), **update})
+    except ValidationError as e:
+        raise InvalidInputError(f"invalid {what}: {describe_errors(e, path)}") from None
 
 
 def load_yaml_model(cls: type[M], path: str | Path, overrides: list[str] | None = None, what: str = "config") -> M:

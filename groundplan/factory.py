@@ -1,12 +1,13 @@
 """Specs → objects: the one place that turns config specs into an env, a language model, an
 affordance source and a planner (docs/architecture.md, "Layers").
 
-The sweep driver, the episode-runner actors, ``groundplan plan``, ``groundplan collect``, the LLM scorer
+The sweep driver, the episode workers, ``groundplan plan``, ``groundplan collect``, the LLM scorer
 actor, the affordance server and the Serve deployments all build their parts here, so a plugin is
 constructed the same way everywhere; ``tests/test_factory_builds.py`` fails when another module
 instantiates one straight from its registry.
 
-``make_env``, ``make_llm`` and ``make_affordance`` each have a ``build_*`` twin taking the plugin's name and
+The experts that collect trajectories are built here too (``build_expert``). ``make_env``, ``make_llm``
+and ``make_affordance`` each have a ``build_*`` twin taking the plugin's name and
 options, for a caller that holds those rather than a spec (an actor's constructor arguments, one split of
 an env): the ``make_*`` function calls it, so both build alike. Options are validated where a spec is
 loaded (``groundplan.config``), before anything is built; here only an unknown name fails, with the
@@ -33,10 +34,18 @@ def make_env(spec: EnvSpec) -> Env:
 
 def build_env(name: str, options: Mapping[str, Any] | None = None) -> Env:
     """The registered env ``name`` with ``options`` (its defaults when None): :func:`make_env` for a caller
-    holding an env's name and options rather than an :class:`EnvSpec`, e.g. a collection worker, one split
+    holding an env's name and options rather than an :class:`EnvSpec`, e.g. one split
     of a collect config's env, ``groundplan plan --env``. An unknown name raises the registry's error,
     listing the valid names."""
     return ENVS.get(name)(**dict(options or {}))
+
+
+def build_expert(name: str, env: Env) -> Any:
+    """The registered expert ``name`` acting on the live ``env`` (an episode worker collecting expert
+    trajectories). An unknown name raises the registry's error, listing the valid names."""
+    from groundplan.envs.experts import EXPERTS
+
+    return EXPERTS.get(name)(env)
 
 
 def make_llm(spec: LLMSpec) -> LanguageModel:

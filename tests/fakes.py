@@ -309,3 +309,13 @@ def with_runtime(cfg: Any, **runtime: Any) -> Any:
     from groundplan.config import EvalConfig
 
     return EvalConfig.model_validate({**cfg.model_dump(), "runtime": {**cfg.runtime.model_dump(), **runtime}})
+
+
+def comparable_trace(trace: Any) -> dict[str, Any]:
+    """A trace as a dict without its timings (wall time, per-step timings): what must be equal when the
+    same episode is played in another process or on another executor."""
+    d = trace.to_dict()
+    d["wall_s"] = 0
+    for s in d["steps"]:
+        s["timings"] = {}
+    return d

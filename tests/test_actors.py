@@ -13,7 +13,7 @@ from groundplan.actors.scorer import DynamicBatcher, LLMScorer
 from groundplan.config import PlannerSpec
 from groundplan.envs import ENVS
 from groundplan.llm.base import GenerationParams
-from tests.fakes import FakeLM
+from tests.fakes import FakeLM, comparable_trace
 
 ray = pytest.importorskip("ray")
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
@@ -90,55 +90,76 @@ def test_remote_lm_round_robins_replicas(ray_local):
         ray.kill(s)
 
 
-def test_runner_actor_plays_episodes_like_the_in_process_runner(ray_local):
-    """The env lives inside the actor; only LLM calls leave it, and the traces are the in-process ones."""
-    from groundplan.actors.episode_runner import make_runner_actor
-    from groundplan.actors.scorer import make_scorer_actor
+def _worker_spec(scorers, envs: int = 1):
+    from groundplan.actors.remote import RemoteLM
+    from groundplan.actors.worker import WorkerSpec
+    from groundplan.config import EnvSpec
+
+    return WorkerSpec(EnvSpec(), 8, envs=envs, lm=functools.partial(RemoteLM, scorers, name="fake"),
+                      llm_name="fake", config_hash="h")
+
+
+def test_episode_worker_actor_plays_episodes_like_the_in_process_runner(ray_local):
+    """The env lives inside the worker actor; only LLM calls leave it, and the traces are the in-process
+    ones. The group leaves the Ray it did not start running."""
+    from groundplan.actors.group import RunnerGroup
     from groundplan.config import EnvSpec
     from groundplan.rollout.runner import EpisodeRunner, EpisodeSpec
 
-    scorer = make_scorer_actor(lm_factory=LM_FACTORY, num_cpus=0)
-    actor = make_runner_actor(EnvSpec(), [scorer], "fake", 8, "h", num_cpus=0)
     local = EpisodeRunner(EnvSpec(), LM_FACTORY(), 8, llm_name="fake", config_hash="h")
     spec = PlannerSpec(name="saycan", affordance="kitchen_value")
-    for task in ENVS.get("kitchen")().tasks()[:3]:
-        episode = EpisodeSpec(spec, task, 3, f"e-{task.task_id}")
-        remote = ray.get(actor.run.remote(episode)).trace.to_dict()
-        here = local.run(episode).trace.to_dict()
-        for t in (remote, here):
-            t["wall_s"] = 0
-            for step in t["steps"]:
-                step["timings"] = {}
-        assert remote == here
-    assert ray.get(actor.info.remote())["episodes"] == 3
-    ray.kill(actor)
-    ray.kill(scorer)
+    episodes = [EpisodeSpec(spec, task, 3, f"e-{task.task_id}") for task in ENVS.get("kitchen")().tasks()[:3]]
+    with RunnerGroup() as group:
+        assert group.started is False
+        scorers = group.add_scorers(1, lm_factory=LM_FACTORY, num_cpus=0)
+        group.add_workers(_worker_spec(scorers), 1, num_cpus=0, what="episode workers")
+        outs = list(group.run(episodes))
+        assert ray.get(group.workers[0].info.remote())["episodes"] == 3
+    assert ray.is_initialized()
+    assert [o.item for o in outs] == episodes and all(o.ok for o in outs)
+    for out in outs:
+        assert comparable_trace(out.value.trace) == comparable_trace(local.run(out.item).trace)
 
 
-def test_runner_actor_with_several_envs_plays_episodes_at_once(ray_local):
+def test_episode_worker_with_several_envs_plays_episodes_at_once(ray_local):
     """envs_per_worker: one actor, three envs, three episodes in flight at once, each the in-process trace."""
-    from groundplan.actors.episode_runner import make_runner_actor
-    from groundplan.actors.scorer import make_scorer_actor
+    from groundplan.actors.group import RunnerGroup
     from groundplan.config import EnvSpec
     from groundplan.rollout.runner import EpisodeRunner, EpisodeSpec
 
-    scorer = make_scorer_actor(lm_factory=LM_FACTORY, num_cpus=0)
-    actor = make_runner_actor(EnvSpec(), [scorer], "fake", 8, "h", num_cpus=0, envs=3)
     local = EpisodeRunner(EnvSpec(), LM_FACTORY(), 8, llm_name="fake", config_hash="h")
     spec = PlannerSpec(name="saycan", affordance="kitchen_value")
     episodes = [EpisodeSpec(spec, task, 1, f"e-{task.task_id}") for task in ENVS.get("kitchen")().tasks()[:6]]
-    remote = ray.get([actor.run.remote(e) for e in episodes])  # submitted together: up to 3 run concurrently
+    with RunnerGroup() as group:
+        scorers = group.add_scorers(1, lm_factory=LM_FACTORY, num_cpus=0)
+        group.add_workers(_worker_spec(scorers, envs=3), 1, num_cpus=0)
+        actor = group.workers[0]
+        remote = ray.get([actor.run.remote(e) for e in episodes])  # submitted together: up to 3 run concurrently
+        info = ray.get(actor.info.remote())
     for episode, result in zip(episodes, remote):
-        a, b = result.trace.to_dict(), local.run(episode).trace.to_dict()
-        for t in (a, b):
-            t["wall_s"] = 0
-            for step in t["steps"]:
-                step["timings"] = {}
-        assert a == b
-    info = ray.get(actor.info.remote())
+        assert comparable_trace(result.trace) == comparable_trace(local.run(episode).trace)
     assert info["envs"] == 3 and info["episodes"] == 6
-    ray.kill(actor)
-    ray.kill(scorer)
+
+
+def test_one_worker_returns_a_trace_or_a_trajectory_row_as_asked():
+    """A local group plays in this process, without Ray: an episode spec gives its trace, a collect item
+    the trajectory row of the same episode (the expert acting), from the same worker and env."""
+    from groundplan.actors.group import RunnerGroup
+    from groundplan.actors.worker import CollectItem, EpisodeWorker, WorkerSpec
+    from groundplan.config import EnvSpec
+    from groundplan.rollout.runner import EpisodeResult, EpisodeSpec
+
+    task = ENVS.get("kitchen")().tasks()[0]
+    episode = EpisodeSpec(PlannerSpec(name="saycan", affordance="kitchen_value"), task, 0, "e-0")
+    item = CollectItem("t-0", "train", task, 0)
+    with RunnerGroup(local=True) as group:
+        group.add_workers(WorkerSpec(EnvSpec(), 8, lm=_lm, llm_name="fake"), 1)
+        trace, row = [o.value for o in group.run([episode, item])]
+        assert group.started is False and isinstance(group.workers[0], EpisodeWorker)
+        assert group.workers[0].metrics()["episodes"] == 2
+    assert isinstance(trace, EpisodeResult) and trace.trace.task_id == task.task_id
+    assert row["traj_id"] == "t-0" and row["success"] and row["source"] == "reference_plan"
+    assert row["actions"][-1] == "done" and len(row["actions"]) == len(row["observations"])
 
 
 def test_affordance_server_matches_local_source(ray_local):

@@ -1,4 +1,4 @@
-"""connect(): a local Ray is always our own, even where a `ray start` cluster runs on the machine."""
+"""RunnerGroup.connect(): a local Ray is always our own, even where a `ray start` cluster runs on the machine."""
 from __future__ import annotations
 
 import pytest
@@ -9,17 +9,52 @@ ray = pytest.importorskip("ray")
 def test_a_local_ray_never_joins_a_cluster_already_running_here(monkeypatch):
     """Without an address, ray.init() joins a cluster that `ray start` left on this machine, and then
     refuses num_cpus with a ValueError traceback (seen when `groundplan train` ran beside the test
-    suite's Ray head). connect() must ask for a new local instance ("local") with its CPUs."""
-    from groundplan.actors import cluster
+    suite's Ray head). The group must ask for a new local instance ("local") with its CPUs."""
+    from groundplan.actors.group import RunnerGroup
 
     calls = []
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
-    assert cluster.connect(None, cpus_needed=5) is True
+    assert RunnerGroup(cpus_needed=5).connect() is True
     assert calls[0]["address"] == "local" and calls[0]["num_cpus"] >= 5
 
     calls.clear()
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # an address given: join it, with no CPU count
-    cluster.connect(None)
+    RunnerGroup().connect()
     assert calls[0]["address"] == "10.0.0.1:6379" and "num_cpus" not in calls[0]
+
+
+def test_a_group_shuts_down_only_the_ray_it_started(monkeypatch):
+    """A Ray this process had before the group (a test's, a notebook's) outlives the group; one the group
+    started does not. Serve's group lets Ray pick where an address-less session goes, in Serve's namespace."""
+    from groundplan.actors.group import RunnerGroup
+
+    calls: list = []
+    up = {"ray": False}
+
+    def init(**kw):
+        calls.append(kw)
+        up["ray"] = True
+
+    def shutdown():
+        calls.append("shutdown")
+        up["ray"] = False
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: up["ray"])
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", shutdown)
+    with RunnerGroup(cpus_needed=1) as group:
+        assert group.started and up["ray"]
+    assert calls[-1] == "shutdown" and not up["ray"]
+
+    up["ray"] = True
+    calls.clear()
+    with RunnerGroup() as group:
+        assert not group.started
+    assert calls == [] and up["ray"]
+
+    up["ray"] = False
+    assert RunnerGroup(namespace="groundplan-serve", own_local=False).connect()
+    assert calls == [{"address": None, "namespace": "groundplan-serve", "log_to_driver": False}]

@@ -89,14 +89,14 @@ def test_readme_explains_job_submission_placement_and_scaling():
 def test_rayjob_entrypoint_sets_the_runtime_it_proposes():
     import shlex
 
-    from groundplan.cli import build_parser, runtime_overrides
+    from groundplan.cli import apply_eval_flags, build_parser
     from groundplan.config import load_config
 
     job = yaml.safe_load((CLUSTER / "rayjob.yaml").read_text())
     argv = shlex.split(job["spec"]["entrypoint"])[1:]  # after "groundplan"
     args = build_parser().parse_args(argv)
     config = CLUSTER.parent / Path(args.config).relative_to("/app")  # the image copies the repo to /app
-    rt = load_config(config, runtime_overrides(args)).runtime
+    rt = apply_eval_flags(load_config(config), args).runtime
     assert rt.scorer_gpus == 1 and rt.scorer_resources == {"scorer": 1.0}
     assert rt.worker_resources == {"sim": 1.0} and rt.address == "auto" and rt.workers == 32
 

@@ -8,15 +8,25 @@ import pytest
 from groundplan.config import EvalConfig, load_config
 from groundplan.core.errors import InvalidInputError, UnknownNameError
 
-#: the eval configs (serve, collect and train configs have schemas of their own, tested with them)
+#: the eval configs (serve, collect, train and EAI leaderboard configs have schemas of their own)
 CONFIGS = sorted(p for p in Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml")
-                 if not p.name.startswith(("serve_", "collect_", "train_")))
+                 if not p.name.startswith(("serve_", "collect_", "train_", "eai_leaderboard")))
+EAI_RUN_CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("eai_leaderboard*.yaml"))
 KITCHEN = Path(__file__).resolve().parents[1] / "configs" / "saycan_kitchen.yaml"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
     assert load_config(path).planners
+
+
+@pytest.mark.parametrize("path", EAI_RUN_CONFIGS, ids=lambda p: p.name)
+def test_shipped_eai_run_configs_validate(path):
+    pytest.importorskip("virtualhome_eval")
+    from groundplan.pipelines.eai.run import load_run_config, model_sweeps
+
+    sweeps = model_sweeps(load_run_config(path))  # each model's eval config, validated as eval would
+    assert len(sweeps) == len({s.name for s in sweeps}) >= 1 and all(s.planners for s in sweeps)
 
 
 def test_defaults_are_complete():
@@ -154,3 +164,30 @@ def test_eval_planners_flag_takes_the_config_label_of_an_oracle_row():
         "GA-SCP Perfect-Say (oracle) (oracle expert plan)"]
     by_display = keep_planners(cfg, "GA-SC (oracle Can) (oracle simulator feasibility)")
     assert [p.display for p in by_display.planners] == ["GA-SC (oracle Can) (oracle simulator feasibility)"]
+
+
+def test_eval_flags_set_typed_runtime_fields_and_win_over_set():
+    from groundplan.cli import apply_eval_flags, build_parser
+
+    args = build_parser().parse_args(["eval", str(KITCHEN), "--set", "runtime.workers=2", "--workers", "8",
+                                      "--scorer-gpus", "0.5", "--scorer-resource", "scorer=1", "--local",
+                                      "--no-mlflow", "--full", "--output", "123"])
+    cfg = apply_eval_flags(load_config(KITCHEN, args.set), args)
+    rt = cfg.runtime
+    assert (rt.workers, rt.scorer_gpus, rt.scorer_resources, rt.executor, rt.mlflow) == (8, 0.5, {"scorer": 1.0}, "local", False)
+    assert cfg.tasks.per_family is None and cfg.output_dir == "123"  # a str flag stays a str (no YAML re-parse)
+    untouched = apply_eval_flags(load_config(KITCHEN), build_parser().parse_args(["eval", str(KITCHEN)]))
+    assert untouched.runtime == load_config(KITCHEN).runtime
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--workers", "0"], "option 'runtime.workers': Input should be greater than or equal to 1"),
+    (["--scorer-gpus", "-1"], "option 'runtime.scorer_gpus'"),
+    (["--scorer-resource", "gpu=lots"], "resource 'gpu=lots' is not NAME=AMOUNT"),
+])
+def test_a_bad_eval_flag_is_a_clear_error_with_exit_code_2(argv, match, capsys):
+    from groundplan.cli import main
+
+    assert main(["eval", str(KITCHEN), *argv]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "error:" in out and match in out and "Traceback" not in out

@@ -10,10 +10,11 @@ import pytest
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
-from groundplan.pipelines.evaluate import executors
+from groundplan.actors import group
+from groundplan.actors.group import RunnerGroup
 from groundplan.pipelines.evaluate.sweep import run_sweep
 from groundplan.rollout.traces import read_traces
-from tests.fakes import FakeLM, small_kitchen_config, with_runtime
+from tests.fakes import FakeLM, comparable_trace, small_kitchen_config, with_runtime
 
 ray = pytest.importorskip("ray")
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
@@ -34,15 +35,6 @@ def _episode_id(d: dict) -> str:
     return d["episode_id"]
 
 
-def _comparable(trace) -> dict:
-    d = trace.to_dict()
-    d["wall_s"] = 0
-    for s in d["steps"]:
-        s["timings"] = {}
-    return d
-
-
-
 def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     cfg = _cfg(tmp_path / "ray")
     cfg = with_runtime(cfg, workers=3)
@@ -51,8 +43,8 @@ def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     n = 16
     ids = [t.episode_id for t in read_traces(cfg.run_dir / "traces.jsonl")]
     assert len(ids) == len(set(ids)) == n
-    assert sorted(map(_comparable, result.traces), key=lambda d: d["episode_id"]) == \
-        sorted(map(_comparable, seq.traces), key=lambda d: d["episode_id"])
+    assert sorted(map(comparable_trace, result.traces), key=lambda d: d["episode_id"]) == \
+        sorted(map(comparable_trace, seq.traces), key=lambda d: d["episode_id"])
     assert [r.to_dict() for r in result.summary] == [r.to_dict() for r in seq.summary]
     assert result.stats["scorer"]["requests"] > 0 and result.stats["episode_reruns"] == 0
     assert ray.is_initialized()  # a Ray it did not start is left running
@@ -64,7 +56,7 @@ def test_ray_sweep_matches_in_process_sweep_and_resumes(tmp_path, ray_local):
     assert more.stats["num_workers"] == 1 and more.stats["max_in_flight"] == 3
     seed2 = run_sweep(_local(_cfg(tmp_path / "seq2", seeds=[2]), tmp_path / "seq2"), lm=LM_FACTORY(), progress=False)
     def same_run(t) -> dict:  # the sweep's config hash differs (other seeds); the episode must not
-        return {k: v for k, v in _comparable(t).items() if k != "config_hash"}
+        return {k: v for k, v in comparable_trace(t).items() if k != "config_hash"}
 
     assert sorted((same_run(t) for t in more.traces if t.seed == 2), key=_episode_id) == \
         sorted(map(same_run, seed2.traces), key=_episode_id)
@@ -78,8 +70,8 @@ def test_remote_affordance_server_gives_the_same_results(tmp_path, ray_local):
     cfg = _cfg(tmp_path / "a", seeds=[0], runtime={"workers": 2, "remote_affordance": True})
     remote = run_sweep(cfg, lm_factory=LM_FACTORY, progress=False)
     local = run_sweep(_local(cfg, tmp_path / "b"), lm=LM_FACTORY(), progress=False)
-    assert sorted(map(_comparable, remote.traces), key=lambda d: d["episode_id"]) == \
-        sorted(map(_comparable, local.traces), key=lambda d: d["episode_id"])
+    assert sorted(map(comparable_trace, remote.traces), key=lambda d: d["episode_id"]) == \
+        sorted(map(comparable_trace, local.traces), key=lambda d: d["episode_id"])
     assert remote.stats["affordance_server"]["requests"] > 0
 
 
@@ -128,7 +120,7 @@ def test_malformed_sweep_fails_before_ray_starts(tmp_path, monkeypatch, change, 
     def no_ray(*a, **k):
         raise AssertionError("Ray was started for a malformed config")
 
-    monkeypatch.setattr(executors, "connect", no_ray)
+    monkeypatch.setattr(group, "_connect", no_ray)
     with pytest.raises(error, match=match):
         run_sweep(_cfg(tmp_path, **change), lm_factory=LM_FACTORY, progress=False)
 
@@ -137,7 +129,7 @@ def test_unwritable_output_folder_fails_before_anything_starts(tmp_path, monkeyp
     def no_ray(*a, **k):
         raise AssertionError("Ray was started although results could not be written")
 
-    monkeypatch.setattr(executors, "connect", no_ray)
+    monkeypatch.setattr(group, "_connect", no_ray)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with pytest.raises(InvalidInputError, match="cannot write to the output folder"):
@@ -174,7 +166,7 @@ def test_local_ray_gets_enough_logical_cpus_for_the_requested_actors(monkeypatch
     monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert executors.connect(None, cpus_needed=3.0)
+    assert RunnerGroup(cpus_needed=3.0).connect()
     assert seen["num_cpus"] == 3
 
 
@@ -188,14 +180,14 @@ def test_local_ray_runs_its_workers_at_normal_priority(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_worker_niceness", "")  # recorded, so the variable is restored after the test
     monkeypatch.delenv("RAY_worker_niceness")
-    assert executors.connect(None)
+    assert RunnerGroup().connect()
     assert seen[-1] == "0"
     assert "RAY_worker_niceness" not in os.environ  # only that ray.init saw it: no leak into later Ray instances
     monkeypatch.setenv("RAY_worker_niceness", "10")
-    assert executors.connect(None)
+    assert RunnerGroup().connect()
     assert seen[-1] == "10" and os.environ["RAY_worker_niceness"] == "10"
     monkeypatch.delenv("RAY_worker_niceness")
-    assert executors.connect("ray://head:10001")  # a cluster keeps the niceness its `ray start` chose
+    assert RunnerGroup(address="ray://head:10001").connect()  # a cluster keeps the niceness its `ray start` chose
     assert seen[-1] is None
 
 

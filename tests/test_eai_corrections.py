@@ -10,7 +10,7 @@ pytest.importorskip("virtualhome_eval")
 
 from groundplan.envs.virtualhome.eai.tasks import load_task  # noqa: E402
 from groundplan.evaluation.eai.judge import EAIJudge  # noqa: E402
-from groundplan.evaluation.eai.parse import INVALID_JSON, parse_output  # noqa: E402
+from groundplan.envs.virtualhome.eai.answer import INVALID_JSON, parse_output  # noqa: E402
 from groundplan.evaluation.eai.semantics import CORRECTED, OFFICIAL, EAISemantics, only  # noqa: E402
 from groundplan.evaluation.eai.table import aggregate  # noqa: E402
 

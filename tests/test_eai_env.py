@@ -14,7 +14,9 @@ from groundplan.envs.virtualhome.eai.tasks import load_task, sample_ids  # noqa:
 from groundplan.evaluation.eai.judge import EAIJudge  # noqa: E402
 from groundplan.evaluation.eai.semantics import CORRECTED  # noqa: E402
 
-SAMPLE = dict(task_set="official", limit=6, sample_seed=0)
+#: six official tasks, named so that a clean machine loads only these (deciding every task's set loads 342)
+IDS = ["124_1", "409_2", "57_1", "628_1", "772_1", "813_2"]
+SAMPLE = dict(task_set="official", ids=IDS)
 
 
 def _gold_labels(task_id: str) -> list[str]:
@@ -32,9 +34,13 @@ def env():
     return ENVS.get("virtualhome_eai")(**SAMPLE)
 
 
-def test_tasks_are_the_generate_sample_and_read_eai_prompt(env):
+def test_tasks_are_the_named_sample_and_read_eai_prompt(env):
     tasks = env.tasks()
-    assert [t.task_id for t in tasks] == sample_ids("official", 6, 0)
+    assert [t.task_id for t in tasks] == sorted(IDS)
+    sampled = ENVS.get("virtualhome_eai")(task_set="official", ids=IDS, limit=2, sample_seed=0).tasks()
+    assert [t.task_id for t in sampled] == sample_ids("official", 2, 0, ids=IDS) == ["628_1", "813_2"]
+    with pytest.raises(Exception, match="not in EAI's official set"):
+        ENVS.get("virtualhome_eai")(task_set="official", ids=["27_2"])  # dropped by the official evaluator
     for t in tasks:
         assert t.instruction == load_task(t.task_id).prompt and t.instruction.lstrip().startswith("The task is")
 
@@ -103,7 +109,7 @@ def test_sweep_traces_become_leaderboard_rows(tmp_path):
     from groundplan.pipelines.evaluate.sweep import run_sweep
 
     cfg = EvalConfig.model_validate({
-        "name": "eai_t", "env": {"name": "virtualhome_eai", "options": {"limit": 2, "sample_seed": 0}},
+        "name": "eai_t", "env": {"name": "virtualhome_eai", "options": {"ids": IDS[:2]}},
         "planners": [{"name": "saycan", "label": "SayCan", "affordance": "virtualhome_preconditions",
                       "options": {"prompt": "saycan_eai", "max_instruction_chars": 20000, "llm_score": "mean"}}],
         "seeds": [0], "max_steps": 4, "output_dir": str(tmp_path),

@@ -65,7 +65,7 @@ class Watcher(threading.Thread):
     def __init__(self, chaos, c, nodes, traces: Path, remove_after: int) -> None:
         super().__init__(daemon=True)
         self.chaos, self.c, self.nodes, self.traces, self.remove_after = chaos, c, nodes, traces, remove_after
-        self.placed: dict[str, dict[str, str]] = {"LLMScorer": {}, "RunnerActor": {}}  # class -> actor -> node
+        self.placed: dict[str, dict[str, str]] = {"LLMScorer": {}, "EpisodeWorker": {}}  # class -> actor -> node
         self.resources: dict[str, dict[str, float]] = {}
         self.removed: list[str] = []
         self.recorded_at_removal = -1
@@ -85,7 +85,7 @@ class Watcher(threading.Thread):
                 for cls, placed in self.placed.items():
                     if r.class_name.endswith(cls):
                         placed[r.actor_id] = r.node_id
-            runners = [r.node_id for r in rows if r.class_name.endswith("RunnerActor")]
+            runners = [r.node_id for r in rows if r.class_name.endswith("EpisodeWorker")]
             done = self.chaos.recorded_episodes(self.traces)
             if not self.removed and done >= self.remove_after and runners:
                 victim = Counter(runners).most_common(1)[0][0]
@@ -139,7 +139,7 @@ def test_eval_on_a_cluster_places_actors_by_resource_and_survives_a_lost_sim_nod
 
     # placement: every actor's node, by the resources Ray reports for it
     scorer_nodes = set(watcher.placed["LLMScorer"].values())
-    runner_nodes = set(watcher.placed["RunnerActor"].values())
+    runner_nodes = set(watcher.placed["EpisodeWorker"].values())
     res = watcher.resources
     assert scorer_nodes and all(res[n].get("scorer", 0) >= 1 and "sim" not in res[n] for n in scorer_nodes), res
     assert runner_nodes and all(res[n].get("sim", 0) >= 1 and "scorer" not in res[n] for n in runner_nodes), res

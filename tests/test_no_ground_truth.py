@@ -262,6 +262,8 @@ CASES: list[Case] = [
          lambda: FakeLM(generations=["find a coke can", "pick up the coke can", ""]), _toy_episode, TOY_TASK),
     Case("zeroshot_vanilla", {"demonstrations": DEMOS, "num_samples": 2},
          lambda: FakeLM(generations=["find a coke can\nStep 2: pick up the coke can"]), _toy_episode, TOY_TASK),
+    Case("open_loop", {}, lambda: FakeLM(generations=["find a coke can\nStep 2: pick up the coke can"]), _toy_episode,
+         TOY_TASK),
     *[Case("inner_monologue", {"feedback": fb}, lambda: FakeLM(generations=IM_THOUGHTS), _tabletop_episode, TABLETOP_TASK)
       for fb in ([], ["success"], ["scene"], ["object", "scene"])],
     Case("inner_monologue", {"feedback": ["scene"], "subgoal_fallback": True}, lambda: FakeLM(generations=IM_THOUGHTS),

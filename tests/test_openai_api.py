@@ -209,7 +209,7 @@ def test_the_openai_backend_makes_the_hf_backends_saycan_decisions(server, lm, l
         for a, b in zip(local.steps, over_http.steps):
             assert [c.skill for c in a.candidates] == [c.skill for c in b.candidates]
             assert max(abs(x.llm - y.llm) for x, y in zip(a.candidates, b.candidates)) < 1e-3
-    assert local_backend[1]._echo.stats.max_batch_seen > 1
+    assert local_backend[1].scorer._echo.stats.max_batch_seen > 1
 
 
 # ------------------------------------------------------------------------------ the real commands

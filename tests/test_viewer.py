@@ -209,7 +209,7 @@ def test_viewer_shows_an_eai_episode_with_its_error_type(browser, tmp_path_facto
     shots = DOCS if os.environ.get("GROUNDPLAN_REFRESH_DOCS") == "1" else tmp_path
     out = tmp_path_factory.mktemp("eai_view")
     cfg = EvalConfig.model_validate({
-        "name": "eai_view", "env": {"name": "virtualhome_eai", "options": {"limit": 1, "sample_seed": 0}},
+        "name": "eai_view", "env": {"name": "virtualhome_eai", "options": {"ids": ["57_1"]}},
         "planners": [{"name": "saycan_novf", "label": "LM scoring",
                       "options": {"prompt": "saycan_eai", "max_instruction_chars": 20000}}],
         "seeds": [0], "max_steps": 3, "output_dir": str(out), "runtime": {"executor": "local", "mlflow": False}})

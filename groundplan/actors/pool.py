@@ -28,7 +28,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -46,14 +46,35 @@ class CallTimeoutError(TimeoutError):
     """A call gave no answer within the pool's ``call_timeout_s``; its actor is treated as hung."""
 
 
+class RayFailure(NamedTuple):
+    """How a Ray call failed (:func:`classify_ray_error`)."""
+
+    kind: str  # "app", "actor" or "other"
+    cause: BaseException  # for "app" the exception raised inside the call (when Ray kept it), else the error itself
+
+
+def classify_ray_error(exc: BaseException) -> RayFailure:
+    """The one reading of a failed Ray call, shared by the pool, the scorer clients and Serve's handles,
+    so a failure means the same to each of them:
+
+    - ``"actor"``: the actor (a scorer, a worker, a Serve replica) died, is restarting or unreachable, or
+      its worker process crashed: infrastructure, and the call had no effect, so it can be sent again.
+      This holds also when the call's own code raised such an error (it called an actor that died);
+    - ``"app"``: the call's own code raised; Ray raises it as a ``RayTaskError`` (a class derived from
+      both ``RayTaskError`` and the cause), and ``cause`` is the exception raised inside;
+    - ``"other"``: anything else (a ``ray.get`` timeout, a lost object, a plain exception)."""
+    from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+
+    if isinstance(exc, (RayActorError, WorkerCrashedError)):
+        return RayFailure("actor", exc)
+    if isinstance(exc, RayTaskError):
+        return RayFailure("app", exc.cause if exc.cause is not None else exc)
+    return RayFailure("other", exc)
+
+
 def is_app_error(exc: BaseException) -> bool:
-    """True when the item's own code raised (a ``RayTaskError``), False for anything the infrastructure did.
-
-    Ray raises a task's exception as a class derived from both ``RayTaskError`` and the cause; a cause that is
-    itself an actor death (the item called an actor that died) counts as infrastructure."""
-    from ray.exceptions import RayActorError, RayTaskError
-
-    return isinstance(exc, RayTaskError) and not isinstance(exc, RayActorError)
+    """True when the item's own code raised, False for anything the infrastructure did (:func:`classify_ray_error`)."""
+    return classify_ray_error(exc).kind == "app"
 
 
 def error_text(exc: BaseException) -> str:

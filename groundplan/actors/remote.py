@@ -3,7 +3,7 @@
 ``RemoteLM`` satisfies :class:`~groundplan.llm.base.LanguageModel` over one or more ``LLMScorer``
 handles (round-robin over replicas), blocking on ``ray.get``. ``run_episode`` records any exception from
 the env or planner as the episode's error; an actor that *died* is infrastructure failure, not evidence
-about the planner, so the wrapper remembers it in ``actor_error`` and the episode-runner actor raises
+about the planner, so the wrapper remembers it in ``actor_error`` and the episode worker raises
 instead of returning the trace, which makes the sweep driver rerun the episode.
 """
 from __future__ import annotations
@@ -14,13 +14,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from groundplan.actors.pool import classify_ray_error
 from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
-
-
-def _actor_died(exc: BaseException) -> bool:
-    import ray.exceptions as rex
-
-    return isinstance(exc, (rex.RayActorError, rex.ActorDiedError, rex.ActorUnavailableError, rex.WorkerCrashedError))
 
 
 class _Guard:
@@ -36,7 +31,7 @@ class _Guard:
         try:
             return ray.get(ref, timeout=self.timeout_s)
         except Exception as exc:
-            if _actor_died(exc) and self.actor_error is None:
+            if self.actor_error is None and classify_ray_error(exc).kind == "actor":
                 self.actor_error = exc
             raise
 

@@ -1,19 +1,28 @@
-"""The LLM scorer actor: one model, many concurrent episodes, dynamic batching (docs/architecture.md, "Runtime").
+"""The one LLM scorer host: one model, many concurrent callers, dynamic batching (docs/architecture.md, "Runtime").
 
-``LLMScorer`` is a plain class whose public methods are coroutines, so it works as a Ray async actor
-(``make_scorer_actor``) and, in tests, directly under ``asyncio``. Score requests go into a queue; a
-batching loop takes the first waiting request, collects more until ``batch_window_ms`` has passed or
-``max_batch`` requests are waiting, runs one ``lm.score_batch`` in a thread and hands each caller back
-only its own scores. Requests that share a prompt prefix share its key/values through the backend's
-prefix cache (``HFLanguageModel.cache``). ``generate`` and ``embed`` run unbatched.
+``LLMScorer`` is a plain class whose public methods are coroutines, and every place that serves a model
+to many callers wraps this one class, so batching, the score memo and the stats behave alike everywhere:
+eval's Ray actor is the class under ``ray.remote`` (:func:`make_scorer_actor`), Serve's scorer deployment
+is :class:`groundplan.serve.service.ServeScorer` (this class configured from a serve config) under
+``serve.deployment``, ``groundplan serve --local`` calls that same class in its own event loop, and tests
+call it directly under ``asyncio``.
+
+Score requests go into a :class:`DynamicBatcher`: it takes the first waiting request, collects more until
+``batch_window_ms`` has passed or ``max_batch`` requests are waiting, runs one ``lm.score_batch`` in a
+thread and hands each caller back only its own scores. Requests that share a prompt prefix share its
+key/values through the backend's prefix cache (``HFLanguageModel.cache``). Prompt log-probs
+(``/v1/completions`` with ``echo``) are batched by a second batcher with the same policy into one
+``prompt_logprobs`` call; ``generate``, ``embed`` and ``count_tokens`` run unbatched.
 
 Score memo: a batch computes only the (prompt, option) pairs the memo (:mod:`groundplan.llm.memo`) lacks,
-so every worker of a sweep shares it; its hit rate is in :meth:`LLMScorer.stats` and thereby in the
+so every caller of a host shares it; its hit rate is in :meth:`LLMScorer.stats` and thereby in the
 sweep's stats and MLflow metrics.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import os
 import time
@@ -26,6 +35,7 @@ from groundplan.llm.base import (
     GenerationParams,
     LanguageModel,
     OptionScore,
+    PromptLogprobs,
     ScoreRequest,
 )
 from groundplan.llm.memo import memo_for, memoized_score_batch
@@ -77,6 +87,10 @@ class DynamicBatcher:
     latency (a lone episode would pay the whole window on every step). When more episodes join, the
     requests left in the queue raise the expectation for the next batch.
     An exception in ``run_batch`` fails every request of that batch (each caller sees it).
+
+    The queue and the loop task belong to the event loop of the first request; a request from another
+    event loop (Starlette's test client opens one per request when not used as a context manager) gets
+    a fresh queue and task there, since asyncio objects cannot be awaited across loops.
     """
 
     def __init__(self, run_batch: Callable[[list[Any]], list[Any]], window_ms: float = 5.0, max_batch: int = 32,
@@ -94,13 +108,15 @@ class DynamicBatcher:
         self.stats = BatchStats()
         self._queue: asyncio.Queue[_Pending] | None = None
         self._task: asyncio.Task | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     async def submit(self, item: Any) -> Any:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._event_loop is not loop:
+            self._event_loop, self._queue, self._task = loop, asyncio.Queue(), None
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-        fut = asyncio.get_running_loop().create_future()
+            self._task = loop.create_task(self._loop())
+        fut = loop.create_future()
         await self._queue.put(_Pending(item, fut, self.size_of(item)))
         return await fut
 
@@ -150,6 +166,32 @@ class DynamicBatcher:
                 p.future.set_result(r)
 
 
+def prompt_logprobs_batch(lm: Any, requests: Sequence[tuple[list[Any], int]]) -> list[Any]:
+    """Several callers' ``(prompts, top_k)`` requests in one ``lm.prompt_logprobs`` call (at the largest
+    top-k asked; each gets its own), so the ``prompt + option`` texts of a SayCan step, sent concurrently,
+    share their prompt's context and are packed together. Should the joint call fail (one caller's bad
+    token ids), each request runs alone, so a caller only ever gets its own error: each result is a list
+    of :class:`PromptLogprobs` or the exception to raise for that caller."""
+    flat = [p for prompts, _ in requests for p in prompts]
+    try:
+        results = lm.prompt_logprobs(flat, max(k for _, k in requests))
+    except Exception as exc:
+        if len(requests) == 1:
+            return [exc]
+        out: list[Any] = []
+        for prompts, k in requests:
+            try:
+                out.append(lm.prompt_logprobs(prompts, k))
+            except Exception as one:
+                out.append(one)
+        return out
+    out, at = [], 0
+    for prompts, k in requests:
+        out.append([dataclasses.replace(r, top=tuple(t[:k] for t in r.top)) for r in results[at:at + len(prompts)]])
+        at += len(prompts)
+    return out
+
+
 PLUGINS_ENV = "GROUNDPLAN_PLUGINS"
 
 
@@ -168,13 +210,14 @@ def import_plugins() -> list[str]:
 
 
 class LLMScorer:
-    """Holds one language model and serves score/generate/embed requests from many episodes.
+    """The scorer host: holds one language model and serves score/generate/embed requests from many callers.
 
     Args:
-        backend, model, options: passed to :func:`groundplan.factory.build_llm` inside the actor.
+        backend, model, options: passed to :func:`groundplan.factory.build_llm` inside the host.
         batch_window_ms: how long a batch waits for more requests after its first one arrived.
-        max_batch: most score requests in one ``score_batch`` call.
-        lm_factory: builds the model instead of ``build_llm`` (tests inject a fake this way).
+        max_batch: most requests in one ``score_batch`` (and one ``prompt_logprobs``) call.
+        lm_factory: builds the model instead of ``build_llm`` (tests, and ``--local`` with its model, this way).
+        num_threads: torch's CPU threads; None: every core, 0: leave the process's setting alone.
         memo_size: most option scores the memo keeps (LRU); 0 disables it.
         adaptive_batching: close a batch once the expected number of requests is in (see DynamicBatcher).
     """
@@ -182,11 +225,12 @@ class LLMScorer:
     def __init__(self, backend: str = "hf", model: str | None = None, options: dict[str, Any] | None = None,
                  batch_window_ms: float = 5.0, max_batch: int = 32, lm_factory: LMFactory | None = None,
                  num_threads: int | None = None, memo_size: int = 200_000, adaptive_batching: bool = True) -> None:
-        # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 by default), which would leave a CPU scorer
-        # with one thread; the scorer is the compute-heavy actor, so by default it uses every core.
-        import torch
+        if num_threads != 0:
+            # Ray sets OMP_NUM_THREADS to an actor's num_cpus (1 by default), which would leave a CPU scorer
+            # with one thread; the scorer is the compute-heavy actor, so by default it uses every core.
+            import torch
 
-        torch.set_num_threads(max(1, num_threads or os.cpu_count() or 1))
+            torch.set_num_threads(max(1, num_threads or os.cpu_count() or 1))
         if lm_factory is not None:
             self.lm = lm_factory()
         else:
@@ -200,13 +244,16 @@ class LLMScorer:
         self._computed = 0
         self._batcher = DynamicBatcher(self._score_batch, batch_window_ms, max_batch, size_of=lambda r: len(r[1]),
                                        adaptive=adaptive_batching)
+        self._echo = DynamicBatcher(functools.partial(prompt_logprobs_batch, self.lm), batch_window_ms, max_batch,
+                                    size_of=lambda r: len(r[0]), adaptive=adaptive_batching)
         self._generate_calls = 0
         self._embed_calls = 0
 
-    def _score_batch(self, requests: list[ScoreRequest]) -> list[list[OptionScore]]:
+    def _score_batch(self, requests: list[ScoreRequest]) -> list[tuple[list[OptionScore], int]]:
+        """Each request's scores with the size of the batch it rode in (Serve reports it per request)."""
         results, computed = memoized_score_batch(self.lm, self.memo, requests, self._mode)
         self._computed += computed
-        return results
+        return [(r, len(requests)) for r in results]
 
     async def ready(self) -> dict[str, Any]:
         """Name, process and (under Ray) node id: the multi-node test checks placement with it."""
@@ -224,6 +271,10 @@ class LLMScorer:
         return self.name
 
     async def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
+        return (await self.score_sized(prompt, options))[0]
+
+    async def score_sized(self, prompt: str, options: Sequence[str]) -> tuple[list[OptionScore], int]:
+        """The scores of ``options`` and how many requests their batch held."""
         options = list(options)
         if not options:
             raise InvalidInputError("score needs at least one option")
@@ -239,6 +290,17 @@ class LLMScorer:
     async def embed(self, texts: Sequence[str]):
         self._embed_calls += 1
         return await asyncio.to_thread(self.lm.embed, list(texts))
+
+    async def prompt_logprobs(self, prompts: Sequence[Any], top_k: int) -> list[PromptLogprobs]:
+        """Per-token log-probs of whole prompts, batched with other callers' into one ``prompt_logprobs``
+        call (:func:`prompt_logprobs_batch`); a caller gets only its own error."""
+        out = await self._echo.submit((list(prompts), int(top_k)))
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        return await asyncio.to_thread(self.lm.count_tokens, list(texts))  # type: ignore[attr-defined]
 
     async def stats(self) -> dict[str, Any]:
         """requests, batches, mean batch size, options/s (options scored per second of model time)."""
@@ -279,3 +341,15 @@ def make_scorer_actor(*, num_gpus: float = 0, num_cpus: float = 1, resources: di
     if name:
         opts["name"] = name
     return ray.remote(LLMScorer).options(**opts).remote(**kwargs)
+
+
+def merge_scorer_stats(per: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scorer's stats, or the replicas' summed (memo hit rate over all lookups) with each kept."""
+    if len(per) == 1:
+        return per[0]
+    total = {k: sum(s.get(k, 0) for s in per) for k in ("requests", "batches", "options", "busy_s", "memo_hits",
+                                                         "memo_lookups", "options_computed")}
+    return {**total, "mean_batch_size": total["requests"] / total["batches"] if total["batches"] else 0.0,
+            "options_per_s": total["options"] / total["busy_s"] if total["busy_s"] else 0.0,
+            "memo_hit_rate": total["memo_hits"] / total["memo_lookups"] if total["memo_lookups"] else 0.0,
+            "replicas": per}

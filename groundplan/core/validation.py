@@ -10,11 +10,13 @@ from groundplan.core.errors import InvalidInputError
 M = TypeVar("M", bound=BaseModel)
 
 
-def describe_errors(exc: ValidationError) -> str:
-    """``unknown option 'a.b'; option 'c': <why>`` for every error, with the full field path."""
+def describe_errors(exc: ValidationError, prefix: str = "") -> str:
+    """``unknown option 'a.b'; option 'c': <why>`` for every error, with the full field path; ``prefix``
+    is the path of the validated model inside its config (``runtime``), so a part validated alone is
+    still named as the config names it."""
     problems = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        field = ".".join([*([prefix] if prefix else []), *map(str, err["loc"])]) or "(top level)"
         if err["type"] == "extra_forbidden":
             problems.append(f"unknown option '{field}'")
         else:

@@ -16,7 +16,7 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -167,17 +167,18 @@ class ShardWriter:
             self._file.close()
 
 
-def load_trajectories(path: str | Path, split: str | None = None) -> pa.Table:
+def load_trajectories(path: str | Path, split: str | None = None,
+                      columns: Sequence[str] | None = None) -> pa.Table:
     """All trajectories under ``path`` (a dataset folder with ``part-*.parquet`` shards, searched
-    recursively, or one shard) as one table with :data:`TRAJECTORY_SCHEMA`; ``split`` filters."""
+    recursively, or one shard) as one table with :data:`TRAJECTORY_SCHEMA`; ``split`` filters;
+    ``columns`` reads only those (the dataset digest needs a few, not the per-step lists)."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.rglob("part-*.parquet"))
     if not files:
         raise FileNotFoundError(f"no trajectory shards (part-*.parquet) under {path}")
-    table = pads.dataset([str(f) for f in files], schema=TRAJECTORY_SCHEMA, format="parquet").to_table()
-    if split is not None:
-        table = table.filter(pads.field("split") == split)
-    return table
+    return pads.dataset([str(f) for f in files], schema=TRAJECTORY_SCHEMA, format="parquet").to_table(
+        columns=list(columns) if columns is not None else None,
+        filter=pads.field("split") == split if split is not None else None)
 
 
 def prompt_examples(path: str | Path, n: int | None = None, env: str | None = None,

@@ -18,7 +18,7 @@ The same models make the ``start_state`` part of the serve API's OpenAPI schema.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

@@ -5,9 +5,8 @@ tables RUN...``): from what the run declares in its ``config.json``, not from it
   cost-effectiveness and plan length, paired tests on both);
 - a run in the house env gets SayNav's MultiON table (:mod:`groundplan.evaluation.saynav`);
 - a run in EAI's env (``virtualhome_eai``) gets its summary table and EAI's leaderboard
-  (:mod:`groundplan.evaluation.eai.leaderboard`): the 15 stored LLMs, the run's planners and any
-  ``groundplan eai generate`` folder given with it (open-loop rows), judged on the tasks they all ran,
-  under both semantics, with paired tests;
+  (:mod:`groundplan.evaluation.eai.leaderboard`): the 15 stored LLMs and the run's planners (open and
+  closed loop), judged on the tasks they all ran, under both semantics, with paired tests;
 - any other run gets the summary table (:mod:`groundplan.evaluation.summary`): the env's own measures
   when it declares them (``EnvCapabilities.table_measures``, e.g. Zero-Shot Planners' executability and
   LCS), else execution and plan success per family; then the paired McNemar tests, Holm-adjusted.
@@ -97,8 +96,7 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
     """The table of the runs in ``run_dirs`` (several: planners run side by side, one table over all),
     as text. A folder that is not a run stands for the runs directly inside it (``--output`` of
     ``groundplan eval``). ``env`` and ``split`` name the env whose reference plans are SayCanPay's experts."""
-    generated = [Path(d) for d in run_dirs if _is_eai_generated(Path(d))]
-    folders = run_folders([d for d in run_dirs if Path(d) not in generated])
+    folders = run_folders(run_dirs)
     configs = run_configs(folders)
     kinds = {table_kind(c) for c in configs}
     if len(kinds) > 1:
@@ -110,9 +108,6 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
         return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split)
     if kind == "saynav":
         return saynav.report(traces)
-    if generated and kind != "eai":
-        raise InvalidInputError(f"{', '.join(map(str, generated))}: EAI open-loop answers go with runs of the "
-                                "virtualhome_eai env")
     order = list(dict.fromkeys(p.get("label") or p["name"] for c in configs for p in c.get("planners", [])))
     table = render_text(summary_table(summarize(traces, order), traces[0].env, folders[0].name))
     lines = paired_lines(traces, order)
@@ -120,13 +115,6 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
     if kind == "eai":
         from groundplan.evaluation.eai import leaderboard
 
-        entries = [*leaderboard.stored_entries(), *leaderboard.generated_entries(generated),
-                   *leaderboard.run_entries(traces)]
-        text += "\n" + leaderboard.render(leaderboard.build(entries))
+        text += "\n" + leaderboard.render(leaderboard.build(leaderboard.entries_for(traces)))
     return text
 
-
-def _is_eai_generated(folder: Path) -> bool:
-    """A ``groundplan eai generate`` output folder (``<label>_outputs.json`` and ``<label>_run.json``)."""
-    return folder.is_dir() and not (folder / "traces.jsonl").exists() and any(folder.glob("*_run.json")) \
-        and any(folder.glob("*_outputs.json"))

@@ -1,6 +1,7 @@
 """The score memo: option scores computed once per (model, scoring mode, prompt, option), shared by
-everything that scores through one engine: the sweep's scorer actor, Serve's scorer replicas and
-``groundplan serve --local``, and in-process sweeps and benchmarks (:class:`MemoizedLM`).
+everything that scores through one engine: the one scorer host (:class:`groundplan.actors.scorer.LLMScorer`:
+the sweep's scorer actor, Serve's scorer replicas and ``groundplan serve --local``), and in-process
+benchmarks (:class:`MemoizedLM`).
 
 Why it pays: SayCan's prompt depends only on the instruction and the steps chosen so far, never on the
 state (Ahn et al. 2022, Sec. 3: the scene enters through the affordances only), so the seeds of a task
@@ -112,9 +113,9 @@ def memoized_score_batch(lm: LanguageModel, memo: ScoreMemo, requests: Sequence[
 
 
 class MemoizedLM:
-    """A :class:`LanguageModel` that scores through a :class:`ScoreMemo`, for in-process sweeps and
-    benchmarks and for Serve's scorers. Everything but scoring passes through to ``lm``. A lock makes
-    one scoring call at a time touch the memo (Serve runs requests in several threads)."""
+    """A :class:`LanguageModel` that scores through a :class:`ScoreMemo`, for in-process use without a
+    scorer host (benchmarks, tests). Everything but scoring passes through to ``lm``. A lock makes one
+    scoring call at a time touch the memo, since callers may score from several threads."""
 
     def __init__(self, lm: LanguageModel, memo: ScoreMemo | None = None) -> None:
         self.lm = lm
@@ -144,9 +145,3 @@ def memo_for(lm: LanguageModel, max_entries: int) -> ScoreMemo:
     its scores are not a pure function of (prompt, option) (``memoizable = False``, e.g. a latency
     simulator)."""
     return ScoreMemo(max_entries if getattr(lm, "memoizable", True) else 0)
-
-
-def with_memo(lm: LanguageModel, max_entries: int) -> LanguageModel:
-    """``lm`` scoring through :func:`memo_for`'s memo; ``lm`` itself when that memo is off."""
-    memo = memo_for(lm, max_entries)
-    return MemoizedLM(lm, memo) if memo.max_entries else lm

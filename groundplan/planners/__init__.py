@@ -10,6 +10,8 @@ PLANNERS.register_lazy("inner_monologue", "groundplan.planners.inner_monologue:m
                        config="groundplan.planners.inner_monologue:InnerMonologueConfig")
 PLANNERS.register_lazy("zeroshot", "groundplan.planners.zeroshot:make_zeroshot", config="groundplan.planners.zeroshot:ZeroShotConfig")
 PLANNERS.register_lazy("zeroshot_vanilla", "groundplan.planners.zeroshot:make_vanilla", config="groundplan.planners.zeroshot:VanillaConfig")
+PLANNERS.register_lazy("open_loop", "groundplan.planners.open_loop:make_open_loop",
+                       config="groundplan.planners.open_loop:OpenLoopConfig")
 PLANNERS.register_lazy("saynav", "groundplan.planners.saynav:make_saynav", config="groundplan.planners.saynav:SayNavConfig")
 PLANNERS.register_lazy("house_explore", "groundplan.planners.nav_baselines:make_explore",
                        config="groundplan.planners.nav_baselines:ExploreConfig")

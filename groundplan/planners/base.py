@@ -121,3 +121,31 @@ class EpisodeProgress:
             raise RuntimeError(f"{type(self).__name__}.next_step was called before reset(task, observation)")
         if self._finished:
             raise RuntimeError(f"{type(self).__name__} already finished its plan; call reset first")
+
+
+class PlanPlayback(EpisodeProgress):
+    """A planner that writes its whole plan before the first step (open loop: Zero-Shot Planners' vanilla
+    baseline, Huang et al. 2022 Sec. 4; EAI's action sequencing, Li et al. 2024 Sec. 3.3) plays it one step
+    per decision, whatever the simulator answers, and decides done after the last step. The plan's record
+    (``_plan_info``: the text the model wrote, its scores) goes with the first decision only, so a trace
+    holds it once; an empty plan is a done decision carrying it."""
+
+    _plan: list[str]
+    _plan_info: dict[str, Any]
+
+    def _step_delta(self, step: str, index: int) -> str:
+        """The prompt text a played step adds (for traces); none by default."""
+        return ""
+
+    def _play(self, done_skill: str) -> Decision:
+        self._check_running()
+        n = len(self._history)
+        first = dict(self._plan_info) if n == 0 else {}
+        if n >= len(self._plan):
+            self._finished = True
+            return Decision(skill=done_skill, done=True,
+                            info={"stop": "end_of_plan" if self._plan else "empty_plan", **first})
+        step = self._plan[n]
+        delta = self._step_delta(step, n)
+        self._history.append(step)
+        return Decision(skill=step, done=False, prompt_delta=delta, info=first)

@@ -55,7 +55,7 @@ from groundplan.core.validation import (
 from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.zeroshot import translation_scores
 from groundplan.llm.base import GenerationParams, LanguageModel
-from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions
+from groundplan.planners.base import EpisodeProgress, PlanPlayback, Planner, PlannerOptions
 
 logger = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ class ZeroShotPlanner(_ZeroShotBase):
         return Decision(skill=action, done=False, candidates=candidates, prompt_delta=delta, info=info)
 
 
-class VanillaPlanner(_ZeroShotBase):
+class VanillaPlanner(PlanPlayback, _ZeroShotBase):
     """The vanilla baseline: the best of ``k`` whole sampled plans by mean log-prob, step by step."""
 
     name = "zeroshot_vanilla"
@@ -354,27 +354,23 @@ class VanillaPlanner(_ZeroShotBase):
                  demonstrations: Sequence[Any] | None = None, **overrides: Any) -> None:
         super().__init__(lm, build_config(VanillaConfig, config, overrides), demonstrations)
         self._plan: list[str] = []
-        self._info: dict[str, Any] = {}
+        self._plan_info: dict[str, Any] = {}
 
     def _reset_plan(self, task: Task, observation: Observation) -> None:
         cfg = self.config
         gens = self.lm.generate(self._prompt, self._params(stop=("\n\n", "\nTask:")))
         best = max(range(len(gens)), key=lambda j: gens[j].logprob_mean)  # first of the best on ties
         self._plan = parse_plan(gens[best].text)[: cfg.max_steps]
-        self._info = {"plan_text": gens[best].text, "logprob": float(gens[best].logprob_mean),
-                      "sample_logprobs": [float(g.logprob_mean) for g in gens]}
+        self._plan_info = {"plan_text": gens[best].text, "logprob": float(gens[best].logprob_mean),
+                           "sample_logprobs": [float(g.logprob_mean) for g in gens]}
+
+    def _step_delta(self, step: str, index: int) -> str:
+        delta = f" {capitalise(step)}\nStep {index + 2}:"
+        self._prompt += delta
+        return delta
 
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
-        self._check_running()
-        n = len(self._history)
-        if n >= len(self._plan):
-            return self._done("end_of_plan" if self._plan else "empty_plan", self._info if n == 0 else None)
-        step = self._plan[n]
-        delta = f" {capitalise(step)}\nStep {n + 2}:"
-        self._prompt += delta
-        self._history.append(step)
-        info = dict(self._info) if n == 0 else {}
-        return Decision(skill=step, done=False, prompt_delta=delta, info=info)
+        return self._play(self.config.done_skill)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Shaped like RLlib's ``EnvRunner`` (make, run, metrics, healthy): the same class runs in this process for
 ``--local`` sweeps, ``groundplan plan`` and tests, and inside a Ray actor
-(:mod:`groundplan.actors.episode_runner`) for distributed sweeps, where the env lives in the actor and
+(:mod:`groundplan.actors.worker`) for distributed sweeps, where the env lives in the actor and
 only LLM and grounding calls leave it. A runner that dies mid-episode loses only that episode, which the
 sweep driver reruns from reset on a healthy runner.
 """

@@ -1,11 +1,15 @@
-"""The Ray Serve application: an LLM scorer deployment (``@serve.batch``), one planner deployment per
-configured planner, and the FastAPI ingress (:func:`build_app`).
+"""The Ray Serve application: an LLM scorer deployment, one planner deployment per configured planner,
+and the FastAPI ingress (:func:`build_app`).
 
-- ``Scorer`` holds the model (:func:`groundplan.factory.make_llm`) and batches concurrent score requests
-  — from HTTP callers and from every planner replica — into one ``score_batch`` call, so requests that
-  share a prompt share its prefix (the same engine path as eval's LLMScorer actor). The prompt log-probs
-  of ``/v1/completions`` (``echo`` + ``logprobs``) are batched the same way into one ``prompt_logprobs``
-  call, so the ``prompt + option`` texts of one SayCan step, sent concurrently, share their prompt.
+- ``Scorer`` is the one scorer host, :class:`~groundplan.serve.service.ServeScorer` (eval's
+  :class:`~groundplan.actors.scorer.LLMScorer` configured from the serve config), under
+  ``serve.deployment`` and nothing else: it holds the model and batches concurrent score requests — from
+  HTTP callers and from every planner replica — into one ``score_batch`` call with the host's batcher,
+  so requests that share a prompt share its prefix, and the memo and stats are the eval actor's. It
+  does not use ``@serve.batch``: that would be a second batching policy beside the host's, and the
+  host's batcher already runs in the replica's event loop. The prompt log-probs of ``/v1/completions``
+  (``echo`` + ``logprobs``) are batched the same way into one ``prompt_logprobs`` call, so the
+  ``prompt + option`` texts of one SayCan step, sent concurrently, share their prompt.
 - ``Planner-<label>`` replicas run :class:`~groundplan.serve.service.PlannerService` (the eval factory and
   episode runner) with a language model that forwards to the scorer (:class:`ServeLM`).
 - Sessions live in one named detached actor (:mod:`groundplan.serve.sessions`); planner replicas only
@@ -17,7 +21,6 @@ answers 503 with ``Retry-After`` (the request had no effect), never a silent los
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 import signal
@@ -27,117 +30,59 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from ray import serve
 
+from groundplan.actors.pool import classify_ray_error
 from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore, PromptLogprobs
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import RetryableError
+from groundplan.serve.service import ServeScorer
 from groundplan.serve.signals import StopSignals, ray_processes_in_own_session
 
 log = logging.getLogger(__name__)
 _RETRIES = 3
 
 
-def _unwrap(exc: BaseException) -> BaseException:
-    """The error raised inside a replica (Ray wraps it in RayTaskError), or a RetryableError when the
-    replica itself died or is unreachable."""
-    from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
-
-    if isinstance(exc, RayTaskError) and exc.cause is not None:
-        return exc.cause
-    if isinstance(exc, (RayActorError, ActorUnavailableError)):
+def _as_api_error(exc: BaseException) -> BaseException:
+    """What a failed call on a deployment or the session store raises here, by the one reading of Ray's
+    errors (:func:`~groundplan.actors.pool.classify_ray_error`): the error raised inside the replica, or a
+    RetryableError (503, send it again) when the replica itself died or is unreachable."""
+    failure = classify_ray_error(exc)
+    if failure.kind == "actor":
         return RetryableError(f"a replica died while serving this request ({type(exc).__name__}); send it again")
-    return exc
+    return failure.cause
 
 
-@serve.deployment
-class Scorer:
-    """The model, behind ``@serve.batch``; batch sizes are recorded per request (``batch_size``)."""
-
-    def __init__(self, config: dict[str, Any], lm_factory: Callable[[], LanguageModel] | None = None) -> None:
-        from groundplan.actors.scorer import import_plugins
-        from groundplan.factory import make_llm
-        from groundplan.llm.memo import with_memo
-        from groundplan.serve.service import ScoreService
-
-        import_plugins()  # a backend registered by a module of one's own ($GROUNDPLAN_PLUGINS), as in eval
-        cfg = ServeConfig.model_validate(config)
-        self.lm = lm_factory() if lm_factory is not None else make_llm(cfg.llm)
-        self.scoring = with_memo(self.lm, cfg.scorer.memo_size)  # option scores, shared by every caller
-        self.scores = ScoreService(cfg, self.lm)
-        self._batched.set_max_batch_size(cfg.scorer.max_batch_size)
-        self._batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
-        self._echo_batched.set_max_batch_size(cfg.scorer.max_batch_size)
-        self._echo_batched.set_batch_wait_timeout_s(cfg.scorer.batch_wait_timeout_s)
-
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
-    async def _batched(self, requests: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
-        results = await asyncio.to_thread(self.scoring.score_batch, [(p, o) for p, o in requests])
-        return [{"options": [dataclasses.asdict(s) for s in r], "batch_size": len(requests)} for r in results]
-
-    async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
-        """A caller's request: checked against the limits, then batched."""
-        self.scores.check(prompt, options)
-        return {"model": self.lm.name, **(await self._batched((prompt, list(options))))}
-
-    async def score_internal(self, prompt: str, options: list[str]) -> dict[str, Any]:
-        """A planner's request (a whole skill set: not bound by the per-caller option limit)."""
-        return await self._batched((prompt, list(options)))
-
-    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.01)
-    async def _echo_batched(self, requests: list[tuple[list[Any], int]]) -> list[Any]:
-        from groundplan.serve.openai_api import prompt_logprobs_batch
-
-        return await asyncio.to_thread(prompt_logprobs_batch, self.lm, requests)
-
-    async def prompt_logprobs(self, prompts: list[Any], top_k: int) -> list[PromptLogprobs]:
-        """Per-token log-probs of whole prompts (``/v1/completions`` with ``echo`` and ``logprobs``),
-        batched with other callers' into one ``prompt_logprobs`` call."""
-        out = await self._echo_batched((list(prompts), int(top_k)))
-        if isinstance(out, BaseException):
-            raise out
-        return out
-
-    async def count_tokens(self, texts: list[str]) -> list[int]:
-        return await asyncio.to_thread(self.lm.count_tokens, list(texts))
-
-    async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        gens = await asyncio.to_thread(self.lm.generate, prompt, GenerationParams(**params))
-        return [dataclasses.asdict(g) for g in gens]
-
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.to_thread(self.lm.embed, texts)
+#: the scorer host (eval's scorer class, configured from the serve config) as Serve's deployment: a
+#: decoration only, so batching, the memo and the stats are the eval actor's and ``--local``'s
+Scorer = serve.deployment(name="Scorer")(ServeScorer)
 
 
 class ServeLM:
     """A synchronous :class:`~groundplan.llm.base.LanguageModel` over the scorer deployment (used from
-    worker threads of a planner replica; each request of a ``score_batch`` joins the scorer's batches)."""
+    worker threads of a planner replica; each request of a ``score_batch`` joins the scorer's batches,
+    without the per-caller limits: a planner asks for its whole skill set)."""
 
     def __init__(self, handle: Any, name: str) -> None:
         self.handle, self.name = handle, name
 
-    def _call(self, method: str, *args: Any) -> Any:
+    @staticmethod
+    def _result(response: Any) -> Any:
         try:
-            return getattr(self.handle, method).remote(*args).result()
+            return response.result()
         except Exception as exc:
-            raise _unwrap(exc) from None
+            raise _as_api_error(exc) from None
 
     def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
         return self.score_batch([(prompt, options)])[0]
 
     def score_batch(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[list[OptionScore]]:
-        responses = [self.handle.score_internal.remote(p, list(o)) for p, o in requests]
-        out = []
-        for r in responses:
-            try:
-                out.append([OptionScore(**d) for d in r.result()["options"]])
-            except Exception as exc:
-                raise _unwrap(exc) from None
-        return out
+        responses = [self.handle.score.remote(p, list(o)) for p, o in requests]
+        return [self._result(r) for r in responses]
 
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
-        return [Generation(**g) for g in self._call("generate", prompt, dataclasses.asdict(params))]
+        return self._result(self.handle.generate.remote(prompt, params))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._call("embed", list(texts))
+        return self._result(self.handle.embed.remote(list(texts)))
 
 
 class _StoreProxy:
@@ -153,7 +98,7 @@ class _StoreProxy:
             try:
                 return ray.get(getattr(self._actor, name).remote(*args))
             except Exception as exc:
-                raise _unwrap(exc) from None
+                raise _as_api_error(exc) from None
 
         return call
 
@@ -202,7 +147,7 @@ class HandleBackend:
             try:
                 return await getattr(handle, method).remote(*args)
             except Exception as exc:
-                err = _unwrap(exc)
+                err = _as_api_error(exc)
                 if isinstance(err, RetryableError) and attempt < retries:
                     log.warning("retrying %s after %s (attempt %d)", method, type(exc).__name__, attempt + 1)
                     await asyncio.sleep(0.2 * (attempt + 1))
@@ -210,7 +155,7 @@ class HandleBackend:
                 raise err from None
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
-        return await self._call(_HANDLES["scorer"], "score", prompt, options, retries=_RETRIES)
+        return await self._call(_HANDLES["scorer"], "score_request", prompt, options, retries=_RETRIES)
 
     async def prompt_logprobs(self, prompts: list[Any], top_k: int) -> list[PromptLogprobs]:
         return await self._call(_HANDLES["scorer"], "prompt_logprobs", prompts, top_k, retries=_RETRIES)
@@ -219,7 +164,7 @@ class HandleBackend:
         return await self._call(_HANDLES["scorer"], "count_tokens", texts, retries=_RETRIES)
 
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        return await self._call(_HANDLES["scorer"], "generate", prompt, params, retries=1)
+        return await self._call(_HANDLES["scorer"], "generate_request", prompt, params, retries=1)
 
     async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
         return await self._call(_HANDLES["planners"][planner], "plan", {**request, "planner": planner}, retries=1)
@@ -322,9 +267,9 @@ def run_server(config: ServeConfig, address: str | None = None, blocking: bool =
 
 
 def _init_ray(address: str | None) -> None:
-    import ray
+    from groundplan.actors.group import RunnerGroup
 
-    ray.init(address=address, namespace="groundplan-serve", ignore_reinit_error=True, log_to_driver=False)
+    RunnerGroup(address=address, namespace="groundplan-serve", own_local=False).connect()
 
 
 def _deploy(config: ServeConfig, lm_factory: Callable[[], LanguageModel] | None) -> None:
@@ -378,8 +323,10 @@ def _shutdown(name: str, own_ray: bool) -> None:
         except Exception as exc:
             log.warning("Serve did not shut down cleanly: %s", exc)
     if own_ray:
+        from groundplan.actors.group import disconnect
+
         try:
-            ray.shutdown()
+            disconnect()
         except Exception as exc:
             log.warning("Ray did not shut down cleanly: %s", exc)
 

@@ -66,8 +66,9 @@ class DeploymentSpec(_Strict):
 
 
 class ScorerSpec(DeploymentSpec):
-    """The LLM scorer deployment; ``@serve.batch`` groups concurrent score requests into one
-    ``score_batch`` call (the same packing as eval's LLMScorer actor)."""
+    """The LLM scorer deployment: eval's scorer host (LLMScorer) groups concurrent score requests into
+    one ``score_batch`` call, closing a batch when ``max_batch_size`` requests are in or
+    ``batch_wait_timeout_s`` has passed since its first."""
 
     max_batch_size: int = Field(8, ge=1, le=256, description="score requests per batch")
     batch_wait_timeout_s: float = Field(0.01, ge=0, le=1, description="how long a batch waits to fill")

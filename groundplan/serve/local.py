@@ -2,51 +2,37 @@
 single-process ``groundplan serve --local``)."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from groundplan.llm.base import GenerationParams, LanguageModel, PromptLogprobs
-from groundplan.llm.memo import with_memo
+from groundplan.llm.base import LanguageModel, PromptLogprobs
 from groundplan.serve.config import ServeConfig
-from groundplan.serve.service import PlannerService, ScoreService, local_store
+from groundplan.serve.service import PlannerService, ServeScorer, local_store
 
 
 class LocalBackend:
-    """Runs each request in a worker thread of this process; the prompt log-probs of concurrent
-    ``/v1/completions`` requests are batched into one engine call, as the Serve app's scorer batches
-    them (``scorer.max_batch_size``, ``scorer.batch_wait_timeout_s``)."""
+    """Runs each request in this process: scoring, prompt log-probs, token counts and sampling through the
+    one scorer host (:class:`~groundplan.serve.service.ServeScorer`, batched and memoized as the Serve
+    app's scorer deployment is: ``scorer.max_batch_size``, ``scorer.batch_wait_timeout_s``,
+    ``scorer.memo_size``), planning in worker threads."""
 
     def __init__(self, config: ServeConfig, lm: LanguageModel) -> None:
-        from groundplan.actors.scorer import DynamicBatcher
-        from groundplan.serve.openai_api import prompt_logprobs_batch
-
         self.lm = lm
-        self.scoring = with_memo(lm, config.scorer.memo_size)  # option scores, as the Serve app's scorer keeps
-        self.scores = ScoreService(config, lm)
+        self.scorer = ServeScorer(config, lm_factory=lambda: lm)
         self.planners = PlannerService(config, lm, local_store(config))
-        self._echo = DynamicBatcher(lambda requests: prompt_logprobs_batch(lm, requests),
-                                    window_ms=1000 * config.scorer.batch_wait_timeout_s,
-                                    max_batch=config.scorer.max_batch_size, size_of=lambda r: len(r[0]))
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
-        self.scores.check(prompt, options)
-        result = await run_in_threadpool(self.scoring.score, prompt, options)
-        return {"model": self.lm.name, "options": [dataclasses.asdict(s) for s in result], "batch_size": 1}
+        return await self.scorer.score_request(prompt, options)
 
     async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]:
-        out = await self._echo.submit((list(prompts), int(top_k)))
-        if isinstance(out, BaseException):
-            raise out
-        return out
+        return await self.scorer.prompt_logprobs(prompts, top_k)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
-        return await run_in_threadpool(self.lm.count_tokens, texts)  # type: ignore[attr-defined]
+        return await self.scorer.count_tokens(texts)
 
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        gens = await run_in_threadpool(self.lm.generate, prompt, GenerationParams(**params))
-        return [dataclasses.asdict(g) for g in gens]
+        return await self.scorer.generate_request(prompt, params)
 
     async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
         return await run_in_threadpool(self.planners.plan, {**request, "planner": planner})
@@ -68,8 +54,8 @@ def local_app(config: ServeConfig, lm: LanguageModel, token: str | None = None) 
 
 
 def run_local(config: ServeConfig) -> None:
-    """``groundplan serve --local``: the same API in one process under uvicorn (no Ray, no batching,
-    sessions in this process's memory) for development and single-robot use."""
+    """``groundplan serve --local``: the same API in one process under uvicorn (no Ray; the scorer host
+    batches in uvicorn's event loop; sessions in this process's memory) for development and single-robot use."""
     import uvicorn
 
     from groundplan.factory import make_llm

@@ -20,7 +20,6 @@ penalties, ``suffix`` or a request over the configured limits 400 with a message
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from typing import Any, Sequence
@@ -31,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from groundplan.core.errors import InvalidInputError, UnknownNameError
 from groundplan.llm import backend_capabilities
 from groundplan.llm.base import PromptLogprobs
-from groundplan.llm.openai_backend import option_start
+from groundplan.llm.openai_echo import option_start
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.schemas import json_int
 
@@ -109,32 +108,6 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: str = "list"
     data: list[ModelCard]
-
-
-def prompt_logprobs_batch(lm: Any, requests: Sequence[tuple[list[Any], int]]) -> list[Any]:
-    """Several callers' ``(prompts, top_k)`` requests in one ``lm.prompt_logprobs`` call (at the largest
-    top-k asked; each gets its own), so the ``prompt + option`` texts of a SayCan step, sent concurrently,
-    share their prompt's context and are packed together. Should the joint call fail (one caller's bad
-    token ids), each request runs alone, so a caller only ever gets its own error: each result is a list
-    of :class:`PromptLogprobs` or the exception to raise for that caller."""
-    flat = [p for prompts, _ in requests for p in prompts]
-    try:
-        results = lm.prompt_logprobs(flat, max(k for _, k in requests))
-    except Exception as exc:
-        if len(requests) == 1:
-            return [exc]
-        out: list[Any] = []
-        for prompts, k in requests:
-            try:
-                out.append(lm.prompt_logprobs(prompts, k))
-            except Exception as one:
-                out.append(one)
-        return out
-    out, at = [], 0
-    for prompts, k in requests:
-        out.append([dataclasses.replace(r, top=tuple(t[:k] for t in r.top)) for r in results[at:at + len(prompts)]])
-        at += len(prompts)
-    return out
 
 
 def mount_openai(app: FastAPI, config: ServeConfig, backend: Any, secured: list[Any], errors: dict[int, Any],

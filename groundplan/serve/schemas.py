@@ -59,7 +59,7 @@ class ScoreResponse(BaseModel):
     request_id: str | None = None
     model: str
     options: list[OptionLogprob]
-    batch_size: int = Field(description="score requests in the @serve.batch call that scored this one")
+    batch_size: int = Field(description="score requests in the scorer batch that scored this one")
 
 
 class PlanRequest(_Req):

@@ -2,19 +2,22 @@
 ``groundplan eval`` (:func:`groundplan.factory.make_planner`, :func:`groundplan.rollout.episode.run_episode`).
 
 :class:`PlannerService` runs whole episodes (``/v1/plan``) and closed-loop sessions (``/v1/sessions``);
-:class:`ScoreService` checks and runs score requests. The Serve deployments and the in-process test
-backend both wrap these classes, so there is one copy of the logic.
+:class:`ServeScorer` is the one scorer host (:class:`~groundplan.actors.scorer.LLMScorer`, eval's scorer
+too) configured from the serve config, with the API's limits and response shapes. The Serve deployments
+and the in-process backend (``--local``, tests) both wrap these classes, so there is one copy of the logic.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from groundplan.actors.scorer import LLMScorer, import_plugins
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.core.validation import validate_instruction
@@ -22,7 +25,7 @@ from groundplan.envs import ENVS
 from groundplan.envs.base import Env
 from groundplan.factory import make_env, make_planner
 from groundplan.grounding.base import Affordance
-from groundplan.llm.base import LanguageModel
+from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import Planner
 from groundplan.rollout.episode import run_episode
 from groundplan.serve.config import ServeConfig
@@ -57,14 +60,38 @@ class ClientAffordance(Affordance):
         return np.array([float(given.get(s, self.default)) for s in skills], dtype=np.float64)
 
 
-class ScoreService:
-    """Validates a score request against the configured limits and scores it."""
+class ServeScorer(LLMScorer):
+    """The scorer host configured by a serve config: ``scorer.max_batch_size`` and
+    ``scorer.batch_wait_timeout_s`` are its batching window, ``scorer.memo_size`` its memo. Serve deploys
+    this class as it is, and ``--local`` calls it in its own event loop, so both batch, memoize and count
+    alike. A batch closes when full or when the wait is over, without eval's adaptive early close: that
+    rule predicts the next batch from callers that each wait for their answer (a sweep's episodes), which
+    independent HTTP clients are not. Torch's threads are left as the process has them.
 
-    def __init__(self, config: ServeConfig, lm: LanguageModel) -> None:
-        self.config = config
-        self.lm = lm
+    What it adds to the host is the API's side: a caller's request is checked against ``limits`` and
+    answered as the JSON the endpoints return."""
+
+    def __init__(self, config: ServeConfig | dict[str, Any], lm_factory: Callable[[], LanguageModel] | None = None) -> None:
+        import_plugins()  # before validating: the config names the backend, which may be a module of one's own
+        cfg = config if isinstance(config, ServeConfig) else ServeConfig.model_validate(config)
+        sc = cfg.scorer
+        super().__init__(cfg.llm.backend, cfg.llm.model, dict(cfg.llm.options), lm_factory=lm_factory,
+                         batch_window_ms=1000 * sc.batch_wait_timeout_s, max_batch=sc.max_batch_size,
+                         memo_size=sc.memo_size, adaptive_batching=False, num_threads=0)
+        self.config = cfg
+
+    async def score_request(self, prompt: str, options: list[str]) -> dict[str, Any]:
+        """A caller's request: checked against the limits, then batched; the scores with the batch's size."""
+        self.check(prompt, options)
+        scores, size = await self.score_sized(prompt, options)
+        return {"model": self.name, "options": [dataclasses.asdict(s) for s in scores], "batch_size": size}
+
+    async def generate_request(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dataclasses.asdict(g) for g in await self.generate(prompt, GenerationParams(**params))]
 
     def check(self, prompt: str, options: Sequence[str]) -> None:
+        """Refuse a request over the configured limits before it reaches a batch (a planner's own
+        requests, a whole skill set, skip this: the limits bound callers, not the planners served)."""
         lim = self.config.limits
         if not options:
             raise InvalidInputError("options is empty: give at least one option to score")

@@ -35,7 +35,7 @@ from groundplan.envs.virtualhome.eai import tasks as eai_tasks
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals
 from groundplan.envs.virtualhome.eai.prompts import evaluator_actions, prompt_actions
 from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line_info
-from groundplan.evaluation.eai.parse import EMPTY, ParsedOutput, parse_output
+from groundplan.envs.virtualhome.eai.answer import EMPTY, ParsedOutput, parse_output
 from groundplan.evaluation.eai.semantics import EAISemantics
 
 ERROR_TYPES = ("parsing", "hallucination", "parameter", "wrong_order", "missing_step", "affordance",

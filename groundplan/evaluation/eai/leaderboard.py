@@ -1,14 +1,15 @@
-"""groundplan's rows on EAI's leaderboard: the 15 stored LLMs, open-loop rows (``groundplan eai generate``)
-and closed-loop planners (``groundplan eval`` on the ``virtualhome_eai`` env), judged by one judge on the
-same tasks, with paired tests.
+"""groundplan's rows on EAI's leaderboard: the 15 stored LLMs, answer files in EAI's format made elsewhere,
+and groundplan's planners run on the ``virtualhome_eai`` env (open loop: ``open_loop`` writes the whole
+program; closed loop: one skill at a time), judged by one judge on the same tasks, with paired tests.
 
-Every row is judged by :class:`~groundplan.evaluation.eai.judge.EAIJudge`: a stored or generated answer
-from its text (parsing and hallucination checks included), a closed-loop episode from the program the
-robot executed (:func:`executed_steps`). When groundplan rows are present, every row is restricted to the
-tasks all of them ran (a fixed sample: the same tasks for every row), so each comparison is paired:
-the exact McNemar test on success, each groundplan row against every other row, Holm-adjusted over all
-the tests of one semantics (the family a reader scans). ``rank`` is where a groundplan row lands among
-the stored LLMs on those tasks: 1 + the number of stored rows with a strictly higher success rate.
+Every row is judged by :class:`~groundplan.evaluation.eai.judge.EAIJudge`: an answer (stored, from a
+file, or the text an ``open_loop`` episode kept) from its text (parsing and hallucination checks
+included), a closed-loop episode from the program the robot executed (:func:`executed_steps`). When
+groundplan rows are present, every row is restricted to the tasks all of them ran (a fixed sample: the
+same tasks for every row), so each comparison is paired: the exact McNemar test on success, each
+groundplan row against every other row, Holm-adjusted over all the tests of one semantics (the family a
+reader scans). ``rank`` is where a groundplan row lands among the stored LLMs on those tasks: 1 + the
+number of stored rows with a strictly higher success rate.
 """
 from __future__ import annotations
 
@@ -72,20 +73,28 @@ def stored_entries(folder: Path | None = None, models: Sequence[str] | None = No
     return [Entry(m, "stored", load_outputs(folder / f"{m}_outputs.json")) for m in (models or stored_models(folder))]
 
 
-def generated_entries(paths: Iterable[Path]) -> list[Entry]:
-    """Open-loop rows from ``groundplan eai generate`` output files or folders (``<label>_outputs.json``)."""
+def answer_file_entries(paths: Iterable[Path]) -> list[Entry]:
+    """Open-loop rows from answer files in EAI's format made elsewhere (``<label>_outputs.json``, or folders
+    of them): a served model's answers, written by any tool."""
     out = []
     for p in map(Path, paths):
         files = sorted(p.glob("*_outputs.json")) if p.is_dir() else [p]
         if not files or not all(f.is_file() and _OUTPUTS.match(f.name) for f in files):
-            raise InvalidInputError(f"{p} holds no <label>_outputs.json of `groundplan eai generate`")
+            raise InvalidInputError(f"{p} is not an answer file in EAI's format (<label>_outputs.json) or a folder of them")
         out += [Entry(f"{_OUTPUTS.match(f.name).group(1)} (open loop)", "open_loop", load_outputs(f)) for f in files]
     return out
 
 
+def answer_text(trace: EpisodeTrace) -> str | None:
+    """The answer an open-loop planner wrote (``open_loop``'s first decision keeps it), else None."""
+    return trace.steps[0].info.get("answer") if trace.steps else None
+
+
 def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
-    """Closed-loop rows from eval traces of the ``virtualhome_eai`` env: one row per (planner, LLM); an
-    episode that ended in an error is still judged on what it executed (its count is in the note)."""
+    """Rows from eval traces of the ``virtualhome_eai`` env, one per (planner, LLM): an open-loop planner's
+    row is judged on the answers it wrote, as a stored LLM's (an episode that raised before answering
+    counts as an empty answer); a closed-loop row on the program it executed (an episode that ended in an
+    error is judged on what it executed). Episodes that ended in an error are counted in the note."""
     rows: dict[str, dict[str, EpisodeTrace]] = defaultdict(dict)
     errors: dict[str, int] = defaultdict(int)
     for t in traces:
@@ -97,8 +106,21 @@ def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
                                     "deterministic, give one seed per row")
         rows[name][t.task_id] = t
         errors[name] += bool(t.error)
-    return [Entry(n, "closed_loop", r, f"{errors[n]} episode(s) ended in an error" if errors[n] else "")
-            for n, r in rows.items()]
+    out = []
+    for name, episodes in rows.items():
+        note = f"{errors[name]} episode(s) ended in an error" if errors[name] else ""
+        if any(answer_text(t) is not None for t in episodes.values()):
+            out.append(Entry(name, "open_loop", {i: answer_text(t) or "" for i, t in episodes.items()}, note))
+        else:
+            out.append(Entry(name, "closed_loop", episodes, note))
+    return out
+
+
+def entries_for(traces: Iterable[EpisodeTrace] = (), answers: Iterable[Path] = (), folder: Path | None = None,
+                models: Sequence[str] | None = None) -> list[Entry]:
+    """Every row of a leaderboard: the stored LLMs (``models`` of ``folder``, default all of the package's),
+    answer files made elsewhere, and the rows of a run's traces."""
+    return [*stored_entries(folder, models), *answer_file_entries(answers), *run_entries(traces)]
 
 
 @dataclass
@@ -205,7 +227,7 @@ def render(board: Leaderboard, title: str = "EAI action sequencing") -> str:
                                  f"{r['a_only']}/{r['b_only']} discordant) p={r['p_value']:.3g} p_holm={r['p_holm']:.3g}")
             significant = sum(1 for r in board.paired[s] if r["a"] == name and r["p_holm"] < 0.05)
             lines.append(f"    {significant} of {sum(1 for r in board.paired[s] if r['a'] == name)} comparisons "
-                         "significant after Holm (every test: the leaderboard in `groundplan eai score --runs RUN`'s summary.json)")
+                         "significant after Holm (every test: summary.json of `groundplan eai run`, or of `eai score --runs`)")
         parts.append("\n".join(lines) + "\n")
     parts.append("Inputs: every row reads EAI's prompt for the task, symbolic goal included (EAI gives it to every "
                  "model). Open-loop rows write the whole program from it. Closed-loop rows act one step at a time and "

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from groundplan.core.stats import mcnemar_exact, wilson_interval
 from groundplan.evaluation.eai.judge import Verdict
-from groundplan.evaluation.eai.parse import INVALID_JSON
+from groundplan.envs.virtualhome.eai.answer import INVALID_JSON
 from groundplan.evaluation.eai.semantics import EAISemantics
 from groundplan.evaluation.summary import format_rate, holm, paired_test
 

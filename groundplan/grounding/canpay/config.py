@@ -74,7 +74,9 @@ class TrainConfig(BaseModel):
                       "(loaded later as 'models:/can-kitchen/<version>').", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     model: CanPayModelConfig = Field(description="Architecture; ``model.kind`` chooses Can or Pay.")
     data: list[str] = Field(description="Parquet files, folders or globs of trajectories (the collect schema: "
-                            "traj_id, env, split, task_id, goal, init_obs, actions, feasible, rewards, success, ...).")
+                            "traj_id, env, split, task_id, goal, init_obs, actions, feasible, rewards, success, ...), "
+                            "or the collection itself: runs:/<collect run id> or datasets:/<name>[@<digest>], "
+                            "resolved in the training's MLflow store and logged as the model's lineage.")
     env: str | None = Field(None, description="Keep only trajectories of this env (None: all in the files).")
     split: str = Field("train", description="Keep only trajectories of this split.")
     delta: float | None = Field(None, gt=0.0, lt=1.0, description="Pay's discount δ (Sec. 6.2); None: Table 8's "

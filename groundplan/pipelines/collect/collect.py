@@ -2,8 +2,9 @@
 Parquet, resumable and exactly once (SayCanPay Sec. 4/6: N expert trajectories per env and split).
 
 The driver lists each split's deterministic tasks, drops the trajectory ids already stored (a rerun
-resumes), and hands the rest to a pool of :class:`~groundplan.actors.collect_worker.CollectWorker`
-actors (one env each), an :class:`~groundplan.actors.pool.ActorPool`. Each finished trajectory is
+resumes), and hands the rest to the :class:`~groundplan.actors.worker.EpisodeWorker` of a
+:class:`~groundplan.actors.group.RunnerGroup`: one in this process (``executor: local``) or a pool of
+actors (one env each). Each finished trajectory is
 appended at once to the store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose
 worker died is rerun on a fresh worker (up to ``max_retries``); an episode that raised is logged and
 left for the next run. At
@@ -21,8 +22,9 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
-from groundplan.actors.collect_worker import CollectItem, CollectWorker
-from groundplan.actors.pool import ActorPool, is_app_error
+from groundplan.actors.group import RunnerGroup
+from groundplan.actors.pool import is_app_error
+from groundplan.actors.worker import CollectItem, TrajectorySource, WorkerSpec
 from groundplan.core.types import Task
 from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.core.errors import InvalidInputError
@@ -30,7 +32,6 @@ from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
 from groundplan.factory import build_env
 from groundplan.pipelines.collect.config import CollectConfig
-from groundplan.actors.cluster import ray_session
 
 log = logging.getLogger(__name__)
 __all__ = ["CollectResult", "run_collect", "load_trajectories", "prompt_examples", "plan_items"]
@@ -109,7 +110,7 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
 
     ``fresh`` deletes the stored shards first. Test hooks: ``stop_after`` raises
     :class:`CollectInterrupted` after that many appends (the open journal is left as a crash leaves
-    it); ``fault`` is passed to the workers (see :meth:`CollectWorker._maybe_crash`)."""
+    it); ``fault`` is passed to the Ray workers (see :meth:`EpisodeWorker._maybe_crash`)."""
     if cfg.mlflow:  # a tracking server that is down fails now, not after the collection
         from groundplan.pipelines.tracking import check_tracking_server, resolve_tracking_uri
 
@@ -130,7 +131,6 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
     todo = [it for it in items if it.traj_id not in done]
     result = CollectResult(data_dir=data_dir, appended=0, skipped=len(items) - len(todo))
     log.info("collect %s: %d trajectories, %d stored, %d to run", cfg.name, len(items), result.skipped, len(todo))
-    source = cfg.source.model_dump(mode="json")
     with ShardWriter(data_dir, cfg.shard_size) as writer, \
             tqdm(total=len(todo), desc=f"collect {cfg.env.name}", unit="traj", disable=not progress) as bar:
 
@@ -142,10 +142,7 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
                 raise CollectInterrupted(f"stopped after {stop_after} trajectories (test hook)")
 
         if todo:
-            if cfg.executor == "local":
-                _run_local(cfg, source, todo, sink, result, fault)
-            else:
-                _run_ray(cfg, source, todo, sink, result, fault)
+            _run(cfg, todo, sink, result, fault)
     result.wall_s = time.perf_counter() - start
     if data_dir.exists() and any(data_dir.glob("part-*.parquet")):
         table = load_trajectories(data_dir)
@@ -157,56 +154,42 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
     return result
 
 
-def _run_local(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
-               result: CollectResult, fault: dict[str, str] | None) -> None:
-    worker = CollectWorker(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault=None,
-                           max_admissible=cfg.max_admissible)
-    for item in todo:
-        try:
-            row = worker.run(item)
-        except Exception as e:  # an env or expert error: recorded, retried by the next run
-            result.errors.append(f"{item.traj_id}: {type(e).__name__}: {e}")
-            log.warning("trajectory %s failed: %s", item.traj_id, e)
-            continue
-        sink(row)
-
-
-def _run_ray(cfg: CollectConfig, source: dict[str, Any], todo: list[CollectItem], sink: Callable,
-             result: CollectResult, fault: dict[str, str] | None) -> None:
-    """``todo`` over a pool of ``cfg.workers`` :class:`CollectWorker` actors; rows reach ``sink`` in this
-    thread. A worker that died (``max_restarts=0``) is replaced and its trajectory rerun, at most
-    ``cfg.max_retries`` times; a trajectory that raised is recorded in ``result.errors`` and not rerun
-    (it would raise again; the next run retries it)."""
-    import ray
-
-    remote = ray.remote(num_cpus=cfg.worker_cpus, max_restarts=0)(CollectWorker)
-
-    def spawn() -> Any:
-        return remote.remote(cfg.env.name, cfg.env.options, source, cfg.max_steps, fault, cfg.max_admissible)
+def _run(cfg: CollectConfig, todo: list[CollectItem], sink: Callable, result: CollectResult,
+         fault: dict[str, str] | None) -> None:
+    """``todo`` on the workers of a runner group; rows reach ``sink`` in this thread. On Ray a worker
+    that died (``max_restarts=0``) is replaced and its trajectory rerun, at most ``cfg.max_retries``
+    times; a trajectory that raised is recorded in ``result.errors`` and not rerun (it would raise again;
+    the next run retries it)."""
+    local = cfg.executor == "local"
+    s = cfg.source
+    spec = WorkerSpec(cfg.env, cfg.max_steps, source=TrajectorySource(expert=s.expert, planner=s.planner, llm=s.llm)
+                      if s.kind == "planner" else TrajectorySource(expert=s.expert),
+                      max_admissible=cfg.max_admissible, fault=None if local else fault)
 
     def failed_attempt(item: CollectItem, exc: BaseException, attempt: int, will_retry: bool) -> None:
         if will_retry:
             log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempt)
             result.reruns += 1
 
-    with ray_session(cfg.ray_address, cfg.workers * cfg.worker_cpus):
-        with ActorPool(spawn, min(cfg.workers, len(todo)), max_retries=cfg.max_retries,
-                       retry_app_errors=False) as pool:
-            for out in pool.run(todo, lambda worker, item: worker.run.remote(item), on_failure=failed_attempt):
-                item = out.item
-                if out.ok:
-                    sink(out.value)
-                    continue
-                e = out.errors[-1]
-                if is_app_error(e):  # an env or expert error: recorded, retried by the next run
-                    result.errors.append(f"{item.traj_id}: {e.cause!r}")  # type: ignore[attr-defined]
-                    log.warning("trajectory %s failed: %s", item.traj_id, e.cause)  # type: ignore[attr-defined]
-                else:
-                    result.errors.append(f"{item.traj_id}: worker died {len(out.errors)} times ({e})")
+    with RunnerGroup(local=local, address=cfg.ray_address, cpus_needed=cfg.workers * cfg.worker_cpus) as group:
+        group.add_workers(spec, min(cfg.workers, len(todo)), num_cpus=cfg.worker_cpus, max_retries=cfg.max_retries)
+        for out in group.run(todo, on_failure=failed_attempt):
+            item = out.item
+            if out.ok:
+                sink(out.value)
+                continue
+            e = out.errors[-1]
+            if local or is_app_error(e):  # an env or expert error: recorded, retried by the next run
+                cause = getattr(e, "cause", e)
+                result.errors.append(f"{item.traj_id}: {type(cause).__name__}: {cause}")
+                log.warning("trajectory %s failed: %s", item.traj_id, cause)
+            else:
+                result.errors.append(f"{item.traj_id}: worker died {len(out.errors)} times ({e})")
 
 
 def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
-    """Log the dataset to MLflow: params, counts and successes per split, the schema, a dataset input."""
+    """Log the dataset to MLflow: params, counts and successes per split, the schema, and a dataset input
+    (name, digest, the folder as its source) that a training config can name as ``runs:/<run id>``."""
     import mlflow
 
     from groundplan.pipelines.tracking import resolve_tracking_uri, use_experiment
@@ -228,12 +211,10 @@ def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
         mlflow.log_metrics(metrics)
         mlflow.log_dict({"fields": [{"name": f.name, "type": str(f.type)} for f in TRAJECTORY_SCHEMA]},
                         "schema.json")
-        try:
-            import mlflow.data
+        try:  # what `groundplan train` reads when its data names this run (groundplan.datasets.source)
+            from groundplan.datasets.source import COLLECT_CONTEXT, collected_dataset
 
-            df = table.select(["traj_id", "env", "split", "task_id", "goal", "success", "source"]).to_pandas()
-            ds = mlflow.data.from_pandas(df, source=str(cfg.data_dir.resolve()), name=cfg.name)
-            mlflow.log_input(ds, context="collect")
-        except Exception as e:  # the dataset input is a convenience; the metrics above are the record
+            mlflow.log_input(collected_dataset(table, cfg.data_dir, cfg.name), context=COLLECT_CONTEXT)
+        except Exception as e:  # training falls back to the data_dir param above; the metrics are the record
             log.warning("MLflow dataset input not logged: %s", e)
         return run.info.run_id

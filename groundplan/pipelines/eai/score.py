@@ -65,9 +65,9 @@ class EAIScoreConfig(BaseModel):
     count_corrections: bool = Field(True, description="also judge official with each verdict correction alone, "
                                                       "to count what each changes per model")
     runs: list[Path] = Field(default_factory=list, description="groundplan eval run folders of the virtualhome_eai env "
-                             "(or folders of runs): each planner a closed-loop row on the leaderboard")
-    generated: list[Path] = Field(default_factory=list, description="`groundplan eai generate` outputs (files or "
-                                  "folders of <label>_outputs.json): each an open-loop row on the leaderboard")
+                             "(or folders of runs): each planner a row on the leaderboard (open or closed loop)")
+    answers: list[Path] = Field(default_factory=list, description="answer files in EAI's format made elsewhere (files "
+                                "or folders of <label>_outputs.json): each an open-loop row on the leaderboard")
 
 
 def responses_dir(config: EAIScoreConfig) -> Path:
@@ -176,7 +176,7 @@ def score(config: EAIScoreConfig) -> dict[str, Any]:
                 for v in verdicts[n][m]:
                     f.write(json.dumps({"model": m, **v.to_dict()}) + "\n")
     text = render(result, rows)
-    if config.runs or config.generated:
+    if config.runs or config.answers:
         board = score_leaderboard(config, folder, models, judge)
         result["leaderboard"] = board.to_dict()
         text += "\n" + leaderboard.render(board)
@@ -188,13 +188,12 @@ def score(config: EAIScoreConfig) -> dict[str, Any]:
 
 def score_leaderboard(config: EAIScoreConfig, folder: Path, models: list[str],
                       judge: EAIJudge | None = None) -> leaderboard.Leaderboard:
-    """groundplan's rows (``runs``, ``generated``) beside the stored models, on the tasks they all ran,
+    """groundplan's rows (``runs``, ``answers``) beside the stored models, on the tasks they all ran,
     with paired tests (:mod:`groundplan.evaluation.eai.leaderboard`)."""
     from groundplan.evaluation.tables import run_folders, run_traces
 
-    entries = leaderboard.stored_entries(folder, models) + leaderboard.generated_entries(config.generated)
-    if config.runs:
-        entries += leaderboard.run_entries(run_traces(run_folders(config.runs)))
+    traces = run_traces(run_folders(config.runs)) if config.runs else []
+    entries = leaderboard.entries_for(traces, config.answers, folder, models)
     names = ["official", "corrected"] if config.semantics == "both" else [config.semantics]
     return leaderboard.build(entries, names, judge)
 

@@ -11,6 +11,11 @@ reports a checkpoint to Ray Train when the metric improves. The driver then logs
 as the run's ``model`` artifact and registers it in the MLflow model registry under the config's
 ``name`` — load it with ``models:/<name>/<version>`` (e.g. in ``saycanpay_learned``'s options).
 
+The config's ``data`` names folders, or the collection itself as MLflow recorded it (``runs:/<collect run
+id>``, ``datasets:/<name>[@<digest>]``: :mod:`groundplan.datasets.source`); then the run logs the collect
+run's dataset as its input and tags the run and the registered version with the collect run, dataset and
+folder, so a model in the registry says which collection it came from.
+
 Everything is written under ``<output_dir>/<name>/`` (Ray Train storage, the model folder) and the
 MLflow store (default ``<output_dir>/mlruns/mlflow.db``); nothing goes to the working directory.
 """
@@ -51,10 +56,11 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     return load_yaml_model(TrainConfig, path, overrides, "training config")
 
 
-def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, int], Any]:
+def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[list[Any], list[Any], dict[str, int], Any]:
     """(train examples, validation examples, counts, lineage) for the config's model kind; the lineage
     (:mod:`groundplan.grounding.canpay.lineage`) lists the train and validation tasks by what the model
-    reads of them, and is saved with the model."""
+    reads of them, and is saved with the model. ``paths`` are the data paths :func:`run_train` resolved
+    from ``cfg.data`` (default: ``cfg.data`` as paths)."""
     from groundplan.grounding.canpay.lineage import trajectories_lineage
     from groundplan.grounding.canpay.data import (
         can_examples,
@@ -64,7 +70,7 @@ def build_examples(cfg: TrainConfig) -> tuple[list[Any], list[Any], dict[str, in
         task_groups,
     )
 
-    trajs = read_trajectories(cfg.data, env=cfg.env, split=cfg.split)
+    trajs = read_trajectories(cfg.data if paths is None else paths, env=cfg.env, split=cfg.split)
     if cfg.max_trajectories is not None and len(trajs) > cfg.max_trajectories:
         import random
 
@@ -228,8 +234,9 @@ def train_loop(config: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------ driver
-def register_version(name: str, source: str, run_id: str, tracking_uri: str):
-    """A new version of registered model ``name`` whose files are the run's ``model`` artifact folder.
+def register_version(name: str, source: str, run_id: str, tracking_uri: str, tags: dict[str, str] | None = None):
+    """A new version of registered model ``name`` whose files are the run's ``model`` artifact folder,
+    tagged with ``tags`` (the data lineage: the registry answers which collection a version read).
 
     MLflow 3's ``register_model("runs:/...")`` only accepts flavour-logged models; the Can/Pay folder is
     a plain artifact (encoder + head + json), so the version is created from its artifact URI."""
@@ -241,12 +248,33 @@ def register_version(name: str, source: str, run_id: str, tracking_uri: str):
         client.create_registered_model(name)
     except MlflowException:
         pass  # exists already: add a version
-    return client.create_model_version(name, source=source, run_id=run_id)
+    return client.create_model_version(name, source=source, run_id=run_id, tags=tags or None)
+
+
+def log_training_inputs(run_id: str, sources: list[Any], tracking_uri: str) -> None:
+    """Log each collection the run read (a :class:`~groundplan.datasets.source.DataSource` with the dataset
+    its collect run logged) as the run's ``training`` input: the same name, digest and source, so MLflow
+    shows one dataset with its collect run and the runs trained on it. Plain paths log no input (no
+    collect run vouches for them); they are in the ``data`` param and ``groundplan.data.source`` tag."""
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.tracking import MlflowClient
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    from groundplan.datasets.source import TRAINING_CONTEXT
+
+    inputs = [DatasetInput(s.dataset, [InputTag(MLFLOW_DATASET_CONTEXT, TRAINING_CONTEXT)])
+              for s in sources if s.dataset is not None]
+    if inputs:
+        MlflowClient(tracking_uri=tracking_uri).log_inputs(run_id, datasets=inputs)
+
 
 def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None = None) -> TrainResult:
     """Train, log to MLflow, register; see the module docstring. A tracking server that does not answer
     fails here, before the data is read or a model built (once training runs, MLflow's own retries ride
-    out a server's short absence)."""
+    out a server's short absence), and so does a ``data`` entry naming a collection (``runs:/<id>``,
+    ``datasets:/<name>``) that the store does not hold, resolved once here
+    (:func:`groundplan.datasets.source.resolve_data`). The run then records which collection it read: the
+    collect run's dataset as its ``training`` input, and tags on the run and the registered version."""
     from groundplan.pipelines.tracking import (
         check_tracking_server,
         resolve_tracking_uri,
@@ -256,14 +284,16 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
     tracking_uri = resolve_tracking_uri(cfg.output_dir, cfg.tracking_uri)
     check_tracking_server(tracking_uri, hint="leave tracking_uri and MLFLOW_TRACKING_URI unset to register in the "
                           "SQLite store under output_dir")
+    from groundplan.datasets.source import lineage_tags, resolve_data
+
+    sources = resolve_data(cfg.data, tracking_uri)
     import mlflow
-    import ray
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from groundplan.pipelines.tracking import flatten
 
-    train, val, counts, lineage = build_examples(cfg)
+    train, val, counts, lineage = build_examples(cfg, [p for s in sources for p in s.paths])
     log.info("%s: %s", cfg.name, counts)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     run_root.mkdir(parents=True, exist_ok=True)
@@ -274,12 +304,14 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
         params["delta"] = cfg.resolved_delta
         mlflow.log_params({k: str(v)[:500] for k, v in params.items()})
         mlflow.log_metrics({f"data.{k}": float(v) for k, v in counts.items()})
-        from groundplan.actors.cluster import connect
+        tags = lineage_tags(sources)
+        mlflow.set_tags(tags)
+        log_training_inputs(run.info.run_id, sources, tracking_uri)
+        from groundplan.actors.group import RunnerGroup
 
         # the trainer's workers plus its controller actor
-        started = connect(ray_address, cpus_needed=max(2, cfg.num_workers * cfg.cpus_per_worker + 1),
-                          log_to_driver=progress)
-        try:
+        with RunnerGroup(address=ray_address, cpus_needed=max(2, cfg.num_workers * cfg.cpus_per_worker + 1),
+                         log_to_driver=progress):
             trainer = TorchTrainer(
                 train_loop,
                 train_loop_config={
@@ -295,9 +327,6 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
                                      checkpoint_config=CheckpointConfig(num_to_keep=1)),
             )
             result = trainer.fit()
-        finally:
-            if started:
-                ray.shutdown()
         if result.error is not None:
             raise result.error
         if result.checkpoint is None:
@@ -316,7 +345,8 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
 
         best = json.loads((model_dir / "canpay.json").read_text())["meta"]
         mlflow.log_metrics({f"best.{k}": float(v) for k, v in best.items() if isinstance(v, (int, float))})
-        version = register_version(cfg.name, f"{run.info.artifact_uri}/model", run.info.run_id, tracking_uri)
+        version = register_version(cfg.name, f"{run.info.artifact_uri}/model", run.info.run_id, tracking_uri,
+                                   tags=tags)
     uri = f"models:/{cfg.name}/{version.version}"
     log.info("registered %s (run %s) in %s", uri, run.info.run_id, tracking_uri)
     return TrainResult(model_uri=uri, version=int(version.version), run_id=run.info.run_id, tracking_uri=tracking_uri,

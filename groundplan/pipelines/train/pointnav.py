@@ -249,10 +249,9 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
                        ) -> TrainResult:
     """See the module docstring."""
     import mlflow
-    import ray
 
+    from groundplan.actors.group import RunnerGroup
     from groundplan.envs.house.learned_nav import META, MODULE_DIR
-    from groundplan.actors.cluster import connect
     from groundplan.pipelines.tracking import check_tracking_server, flatten, resolve_tracking_uri, use_experiment
     from groundplan.pipelines.train.canpay import register_version
 
@@ -267,9 +266,10 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
     rng = np.random.default_rng(cfg.seed)
     lo, hi = cfg.train_seeds
     eval_seeds = episode_seeds(cfg.eval_seeds, cfg.eval_episodes, cfg.seed + 1)
-    # connect() gives a local Ray at least this many logical CPUs: the rollout tasks plus RLlib's learner
-    # and Ray Data's pre-learner actor
-    started = connect(ray_address, cpus_needed=cfg.num_env_workers + 2)
+    # a local Ray gets at least this many logical CPUs: the rollout actors plus RLlib's learner and Ray
+    # Data's pre-learner actor
+    group = RunnerGroup(address=ray_address, cpus_needed=cfg.num_env_workers + 2)
+    group.connect()
     history: list[dict[str, float]] = []
     try:
         with mlflow.start_run(run_name=cfg.name) as run:
@@ -320,8 +320,7 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
             mlflow.log_artifacts(str(model_dir), artifact_path="model")
             version = register_version(cfg.name, f"{run.info.artifact_uri}/model", run.info.run_id, tracking_uri)
     finally:
-        if started:
-            ray.shutdown()
+        group.close()
     uri = f"models:/{cfg.name}/{version.version}"
     log.info("registered %s (run %s) in %s", uri, run.info.run_id, tracking_uri)
     return TrainResult(model_uri=uri, version=int(version.version), run_id=run.info.run_id,

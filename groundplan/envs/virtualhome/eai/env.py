@@ -18,15 +18,16 @@ groundplan planner acts one skill at a time on the same tasks, from the same inp
   can react to it;
 - the goal check (:meth:`EAIVirtualHomeEnv.check_goal`, the episode's ``execution_success``) is the
   corrected semantics' (every node, edge and action goal; a task whose goal holds at the start never
-  succeeds). ``groundplan eai score --runs`` judges the program the robot executed (its successful
-  steps, additional ones included, in order: what it did) with
+  succeeds). The leaderboard (``groundplan tables``, ``eai run``, ``eai score --runs``) judges the
+  program the robot executed (its successful steps, additional ones included, in order: what it did) with
   :class:`~groundplan.evaluation.eai.judge.EAIJudge` under both semantics, so a closed-loop row and a
   stored LLM's answer are scored by the same code; the test suite checks that the two agree. Failed
   attempts are counted (``failed_attempts``) but never reach the judge: they changed nothing.
 
-Tasks are EAI's ``official`` (305) or ``full`` (338) set, optionally a fixed random sample
-(:func:`~groundplan.envs.virtualhome.eai.tasks.sample_ids`, the sample ``groundplan eai generate``
-takes, so a closed-loop row pairs with an open-loop one task by task).
+Tasks are EAI's ``official`` (305) or ``full`` (338) set, optionally only some ids and a fixed random
+sample of them (:func:`~groundplan.envs.virtualhome.eai.tasks.sample_ids`): every row run with the same
+options plays the same tasks, so rows pair task by task. The ``open_loop`` planner is EAI's own protocol
+in this env: it writes the whole program from the prompt, and its answer is judged as text.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
+from groundplan.envs.virtualhome.eai.answer import skill_label
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals, unsatisfied
 from groundplan.envs.virtualhome.eai.prompts import prompt_actions
 from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line
@@ -67,8 +69,10 @@ class EAIEnvConfig(BaseModel):
         "official", description="EAI's tasks: 'official' (the 305 its evaluator scores), 'full' (338: every task "
         "whose gold program reaches its goal, less those whose goal holds at the start) or 'all' (342).")
     limit: int | None = Field(None, ge=1, description="A fixed random sample of this many tasks of the set "
-                              "(random.Random(sample_seed), the sample `groundplan eai generate --limit` takes).")
+                              "(random.Random(sample_seed) over the sorted ids: the same tasks for every row).")
     sample_seed: int = Field(0, description="Seed of the sample that limit takes.")
+    ids: list[str] | None = Field(None, description="Only these task ids of the set (each must be in it); "
+                                  "limit then samples among them. Loads only their tasks.")
     done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
 
 
@@ -78,10 +82,6 @@ def parse_skill(label: str) -> tuple[str, list[str]]:
     if m is None:
         raise ValueError(f"not an EAI step: {label!r} (expected '[ACTION] <object> ...')")
     return m.group(1), _ARG.findall(m.group(2))
-
-
-def skill_label(action: str, args: Sequence[str]) -> str:
-    return " ".join([f"[{action}]", *(f"<{a}>" for a in args)])
 
 
 @functools.lru_cache(maxsize=512)
@@ -142,7 +142,10 @@ class EAIVirtualHomeEnv(Env):
     def __init__(self, **options: Any) -> None:
         self.config = validate_options(EAIEnvConfig, options, "virtualhome_eai env options")
         self.done_skill = self.config.done_skill
-        ids = eai_tasks.sample_ids(self.config.task_set, self.config.limit, self.config.sample_seed)
+        try:
+            ids = eai_tasks.sample_ids(self.config.task_set, self.config.limit, self.config.sample_seed, ids=self.config.ids)
+        except KeyError as exc:
+            raise InvalidInputError(str(exc.args[0])) from None
         self._tasks = [eai_tasks.load_task(i).as_task() for i in ids]
         self.task: Task | None = None
         self._eai: eai_tasks.EAITask | None = None

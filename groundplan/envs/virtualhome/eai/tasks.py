@@ -28,6 +28,7 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from groundplan.core.paths import atomic_write_text, cache_dir
@@ -194,7 +195,6 @@ def _membership_key() -> str:
     """What the set membership depends on: the package's version and this module's and the goal check's
     code (a changed rule recomputes it)."""
     from importlib import metadata
-    from pathlib import Path
 
     from groundplan.envs.virtualhome.eai import goals
 
@@ -204,12 +204,16 @@ def _membership_key() -> str:
     return digest.hexdigest()[:16]
 
 
+def _membership_path() -> Path:
+    return cache_dir() / "eai" / f"sets-{_membership_key()}.json"
+
+
 @functools.lru_cache(maxsize=1)
 def set_membership() -> dict[str, tuple[bool, bool]]:
     """Task id -> (in the official set, in the full set). Deciding it loads all 342 tasks (~35 s on 2
     cores), so it is kept under ``cache_dir()/eai`` keyed by :func:`_membership_key`: each process that
     samples tasks (a sweep's Ray workers) then loads only the tasks it runs."""
-    path = cache_dir() / "eai" / f"sets-{_membership_key()}.json"
+    path = _membership_path()
     try:
         return {k: (bool(a), bool(b)) for k, (a, b) in json.loads(path.read_text()).items()}
     except (OSError, ValueError, TypeError):
@@ -219,6 +223,22 @@ def set_membership() -> dict[str, tuple[bool, bool]]:
     return membership
 
 
+def _membership_of(ids: Iterable[str]) -> dict[str, tuple[bool, bool]]:
+    """:func:`set_membership` for ``ids`` only: from the machine's cache when it is made, else by loading
+    just those tasks (an id that is no task is left out), so a run of a few named tasks never loads 342."""
+    if set_membership.cache_info().currsize or _membership_path().exists():
+        member = set_membership()
+        return {i: member[i] for i in ids if i in member}
+    out = {}
+    for i in ids:
+        try:
+            task = load_task(i)
+        except KeyError:
+            continue
+        out[i] = (task.in_official, task.in_full)
+    return out
+
+
 def sample_ids(which: Literal["all", "official", "full"] = "official", limit: int | None = None, seed: int = 0,
                ids: Iterable[str] | None = None) -> list[str]:
     """The sorted ids of a task set (or of ``ids`` in it), then a fixed sample of ``limit`` of them:
@@ -226,7 +246,7 @@ def sample_ids(which: Literal["all", "official", "full"] = "official", limit: in
     (set, limit, seed) runs the same tasks, so rows pair task by task. An id outside the set raises."""
     if which not in ("all", "official", "full"):
         raise ValueError(f"unknown task set {which!r}; valid: all, official, full")
-    member = set_membership()
+    member = set_membership() if ids is None else _membership_of(set(ids))
     column = {"official": 0, "full": 1}.get(which)
     in_set = sorted(i for i, m in member.items() if column is None or m[column])
     if ids is not None:

@@ -9,13 +9,14 @@ appear in the json dictionary" being the execution order (the prompt's own examp
 - corrected (``repeated_keys``): every (key, value) pair in order, via ``object_pairs_hook``.
 
 The judge takes the resulting steps, so a planner that writes a sequence some other way (one step at a
-time) gives the judge the steps directly, with no text to parse.
+time) gives the judge the steps directly, with no text to parse. An open-loop planner that plays an answer
+in the closed-loop env reads it with :func:`program_skills`: the steps in EAI's script notation.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 #: parse error kinds: not JSON (the evaluator counts it twice), and JSON but nothing to execute
 INVALID_JSON = "invalid_json"
@@ -57,3 +58,15 @@ def parse_output(text: str, repeated_keys: bool) -> ParsedOutput:
     if not pairs:
         return ParsedOutput(None, EMPTY)
     return ParsedOutput(tuple((str(k), _as_args(v)) for k, v in pairs))
+
+
+def skill_label(action: str, args: Sequence[Any]) -> str:
+    """A step in EAI's script notation, the env's skill label: ``[PUTBACK] <cup> <sink>``."""
+    return " ".join([f"[{action}]", *(f"<{a}>" for a in args)])
+
+
+def program_skills(text: str) -> list[str]:
+    """The steps of one answer, as skill labels in order (every key-value pair, as the corrected
+    semantics reads them); empty when the answer does not parse."""
+    parsed = parse_output(text, repeated_keys=True)
+    return [skill_label(action, args) for action, args in parsed.steps or ()]
