@@ -38,6 +38,7 @@ def main() -> None:
     import ray
     import yaml
 
+    from groundplan.actors.group import RunnerGroup
     from groundplan.actors.worker import CollectItem, EpisodeWorker, WorkerSpec
     from groundplan.config import EnvSpec
     from groundplan.envs import ENVS
@@ -58,8 +59,8 @@ def main() -> None:
                     return done
                 done += 1
 
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    group = RunnerGroup(cpus_needed=2)  # the one owner of a local Ray, as collect's own
+    group.connect()
     remote = ray.remote(num_cpus=1)(TimedWorker)
     rates: dict[int, float] = {}
     for n in (1, 2):
@@ -73,7 +74,7 @@ def main() -> None:
               f"(per worker {counts})")
         for a in actors:
             ray.kill(a)
-    ray.shutdown()
+    group.close()
     print(f"env={args.env} split={args.split} tasks={len(items)} cpus={os.cpu_count()} "
           "(shared machine: other sessions' jobs make these figures noisy)")
     report({"traj_per_s": f"{rates[2]:.2f}", "scaling_2w": f"{rates[2] / max(rates[1], 1e-9):.2f}"})

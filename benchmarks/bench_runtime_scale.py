@@ -93,16 +93,16 @@ def main() -> None:
     args = ap.parse_args()
     setup_logging(quiet=("groundplan", "ray"), quiet_level=logging.ERROR)
 
-    import ray
-
     from benchmarks.latency_model import LatencyLM
     from groundplan.config import EvalConfig
     from groundplan.pipelines.evaluate.sweep import run_sweep
 
     out = Path(tempfile.mkdtemp(prefix="bench_scale_"))
     need = max(args.workers) * 0.5 + max(args.replicas) + 2  # room for the one-process-per-worker layout
-    ray.init(num_cpus=math.ceil(need), include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    from groundplan.actors.group import RunnerGroup
+
+    group = RunnerGroup(cpus_needed=need)  # the one owner of a local Ray; each sweep below joins it
+    group.connect()
     log.info("latency model: %.1f ms + %.1f ms/request per forward, max batch %d; %d CPUs on this machine (shared)",
              args.fixed_ms, args.per_request_ms, args.max_model_batch, os.cpu_count())
 
@@ -149,7 +149,7 @@ def main() -> None:
         extra = {"efficiency_1env_per_process": f"{flat['efficiency']:.2f}"}
     if args.compare_window:
         rows += [point(w, 1, adaptive=False) for w in (1, top)]
-    ray.shutdown()
+    group.close()
     log.info("(timings on a 2-core machine: noisy)")
     report({"efficiency": f"{head['efficiency']:.2f}", "overhead_ms": f"{head['overhead_ms']:.1f}",
             "mean_batch": f"{head['mean_batch']:.2f}", **extra})

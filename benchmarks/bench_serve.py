@@ -131,7 +131,6 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
     except ValueError as exc:
         ap.error(str(exc))
 
-    import ray
     from ray import serve
 
     from groundplan.serve.app import run_server
@@ -148,7 +147,10 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
         planner={"placement": {"num_cpus": 0.1}}, ingress={"placement": {"num_cpus": 0.1}, "max_ongoing_requests": 128})
     log.info("%d requests of %d options (prompt %d chars), %d concurrent callers vs one at a time, %d rounds",
              len(reqs), args.options, len(reqs[0]["prompt"]), args.concurrency, args.rounds)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from groundplan.actors.group import RunnerGroup
+
+    group = RunnerGroup(cpus_needed=2)
+    group.connect()
     try:
         run_server(cfg, blocking=False, lm_factory=lm_factory)
         base = f"http://127.0.0.1:{port}"
@@ -164,7 +166,7 @@ def main(argv: Sequence[str] | None = None, lm_factory: Callable[[], Any] | None
         ratios = [c["rps"] / s["rps"] for s, c in zip(windows["serial"], windows["concurrent"])]
     finally:
         serve.shutdown()
-        ray.shutdown()
+        group.close()
 
     pooled = {}
     for name, ws in windows.items():

@@ -556,21 +556,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    import ray
-
-    from groundplan.actors.group import worker_niceness_for_local_ray
+    from groundplan.actors.group import RunnerGroup
 
     overrides = sweep_overrides(families=args.families.split(",") if args.families else None,
                                 per_family=args.per_family, seeds=[int(s) for s in args.seeds.split(",")],
                                 max_steps=args.max_steps, workers=args.workers,
                                 max_episode_retries=args.max_episode_retries, scorer_threads=args.scorer_threads)
-    if args.address:
-        ray.init(address=args.address, log_to_driver=False)
-    else:
-        with worker_niceness_for_local_ray():  # as groundplan eval starts its local Ray
-            ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(1 + 0.5 * args.workers)),
-                     include_dashboard=args.dashboard, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    # the one owner of the Ray session, as groundplan eval's: a local Ray at normal worker priority, or the cluster
+    group = RunnerGroup(address=args.address, cpus_needed=1 + 0.5 * args.workers, include_dashboard=args.dashboard)
+    group.connect()
     t0 = time.perf_counter()
     try:
         report = run_chaos(overrides, Path(args.output), interval_s=args.interval, scorer_kills=args.scorer_kills,
@@ -578,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            kill_driver_after=args.kill_driver_after,
                            progress=not args.no_progress)
     finally:
-        ray.shutdown()
+        group.close()
     print_report(report)
     print(f"wall_total_s={time.perf_counter() - t0:.0f}")
     (Path(args.output) / "chaos_report.json").write_text(json.dumps(

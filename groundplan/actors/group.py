@@ -39,11 +39,12 @@ class RunnerGroup:
     ``cpus_needed`` logical CPUs). ``log_to_driver`` forwards the workers' output (Ray Train's progress
     bars). ``namespace`` names the Ray namespace (Serve's). ``own_local=False`` lets Ray itself pick where
     an address-less session goes (a cluster running on this machine, else a new one with its dashboard),
-    as Serve wants. ``start_timeout_s`` bounds the wait for actors to be placed."""
+    as Serve wants. ``start_timeout_s`` bounds the wait for actors to be placed. ``include_dashboard``
+    starts Ray's dashboard with a local Ray (a benchmark that watches the cluster)."""
 
     def __init__(self, *, local: bool = False, address: str | None = None, cpus_needed: float = 0.0,
                  log_to_driver: bool = False, namespace: str | None = None, own_local: bool = True,
-                 start_timeout_s: float | None = None) -> None:
+                 start_timeout_s: float | None = None, include_dashboard: bool = False) -> None:
         self.local = local
         self.address = address
         self.cpus_needed = cpus_needed
@@ -51,6 +52,7 @@ class RunnerGroup:
         self.namespace = namespace
         self.own_local = own_local
         self.start_timeout_s = start_timeout_s
+        self.include_dashboard = include_dashboard
         self.started = False  # this group started or joined Ray, so it shuts it down
         self._actors: list[Any] = []  # scorers and helpers, killed on close
         self._pool: ActorPool | None = None
@@ -68,7 +70,8 @@ class RunnerGroup:
         local); True when this group did, and so shuts it down on :meth:`close`."""
         if self.local or self.started:
             return self.started
-        self.started = _connect(self.address, self.cpus_needed, self.log_to_driver, self.namespace, self.own_local)
+        self.started = _connect(self.address, self.cpus_needed, self.log_to_driver, self.namespace, self.own_local,
+                                self.include_dashboard)
         return self.started
 
     def __enter__(self) -> RunnerGroup:
@@ -201,7 +204,7 @@ def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list
 
 
 def _connect(address: str | None, cpus_needed: float, log_to_driver: bool, namespace: str | None = None,
-             own_local: bool = True) -> bool:
+             own_local: bool = True, include_dashboard: bool = False) -> bool:
     """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray of our own; True when this call
     started or joined it, False when this process had a Ray already.
 
@@ -218,7 +221,7 @@ def _connect(address: str | None, cpus_needed: float, log_to_driver: bool, names
     if not own_local:
         ray.init(address=address, **kwargs)
         return True
-    kwargs["include_dashboard"] = False
+    kwargs["include_dashboard"] = include_dashboard
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
         # local Ray: actors must import groundplan (and test helpers) from this checkout
