@@ -109,8 +109,9 @@ def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
     out = []
     for name, episodes in rows.items():
         note = f"{errors[name]} episode(s) ended in an error" if errors[name] else ""
-        if any(answer_text(t) is not None for t in episodes.values()):
-            out.append(Entry(name, "open_loop", {i: answer_text(t) or "" for i, t in episodes.items()}, note))
+        answers = {i: answer_text(t) for i, t in episodes.items()}
+        if any(a is not None for a in answers.values()):
+            out.append(Entry(name, "open_loop", {i: a or "" for i, a in answers.items()}, note))
         else:
             out.append(Entry(name, "closed_loop", episodes, note))
     return out

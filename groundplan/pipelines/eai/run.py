@@ -68,17 +68,17 @@ def model_sweeps(cfg: EAIRunConfig, overrides: list[str] | None = None,
     EAI's env or two models would share a folder."""
     from groundplan.config import load_config, with_fields
 
+    base = load_config(cfg.sweep, overrides)
+    if base.env.name != EAI_ENV:
+        raise InvalidInputError(f"{cfg.sweep} runs env {base.env.name!r}; EAI's leaderboard needs {EAI_ENV!r}")
     sweeps = []
-    for llm in cfg.models:
-        name = f"{load_config(cfg.sweep, overrides).name}-{model_label(llm)}"
+    for llm in cfg.models:  # loaded again with the model, so its needs are checked against the planners
         sweep = load_config(cfg.sweep, [*(overrides or []), f"llm={json.dumps(llm.model_dump())}",
-                                        f"name={json.dumps(name)}"])
+                                        f"name={json.dumps(f'{base.name}-{model_label(llm)}')}"])
         if runtime:
             sweep = sweep.model_copy(update={"runtime": with_fields(sweep.runtime, runtime, "command-line flags",
                                                                      "runtime")})
         sweeps.append(sweep)
-    if sweeps[0].env.name != EAI_ENV:
-        raise InvalidInputError(f"{cfg.sweep} runs env {sweeps[0].env.name!r}; EAI's leaderboard needs {EAI_ENV!r}")
     names = [s.name for s in sweeps]
     if len(set(names)) < len(names):
         raise InvalidInputError(f"two models share a run folder name ({', '.join(names)}): give each model once")
