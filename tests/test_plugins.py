@@ -149,7 +149,7 @@ def test_the_plugin_is_served(example_plugin):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["plan"] == PLANS["pantry/fetch/cup"] and body["terminated"] and body["execution_success"]
-    assert body["trace"]["env"] == "pantry" and body["trace"]["metrics"] == {"pantry_moves": 2.0}
+    assert body["env"] == "pantry" and body["metrics"] == {"pantry_moves": 2.0}
     assert body["steps"][0]["candidates"][0]["affordance"] is not None
     # the plugin env's start-state schema guards the API as a built-in's does
     r = client.post("/v1/plan", json={"instruction": "bring me the apple", "env": "pantry", "start_state": {"apple": "moon"}})

@@ -94,10 +94,10 @@ def serve_path() -> dict:
            "score_bad": [c.post("/v1/score", json={"prompt": "p", "options": ["a", "b", "c", "d", "e"]}).json(),
                          c.post("/v1/score", json={"prompt": "p", "options": [" "]}).json()]}
     for planner in ("SayCan", "No-VF"):
-        out[f"plan_{planner}"] = c.post("/v1/plan", json={"task_id": "kitchen/nl_nouns/00", "env": "kitchen",
-                                                          "planner": planner, "max_steps": 6}).json()
-    out["plan_instruction"] = c.post("/v1/plan", json={"instruction": "bring me a coke can", "planner": "No-VF",
-                                                       "max_steps": 6}).json()
+        out[f"plan_{planner}"] = _recorded_view(c.post("/v1/plan", json={
+            "task_id": "kitchen/nl_nouns/00", "env": "kitchen", "planner": planner, "max_steps": 6}).json())
+    out["plan_instruction"] = _recorded_view(c.post("/v1/plan", json={
+        "instruction": "bring me a coke can", "planner": "No-VF", "max_steps": 6}).json())
     created = c.post("/v1/sessions", json={"instruction": "bring me a coke can", "planner": "SayCan"}).json()
     sid = created.pop("session_id")
     out["session_create"], out["session_steps"] = created, []
@@ -108,6 +108,16 @@ def serve_path() -> dict:
         if step.get("done"):
             break
     return comparable(out)
+
+
+def _recorded_view(plan: dict) -> dict:
+    """The fields of a ``/v1/plan`` answer that the recording compared (it was made when the answer was a
+    summary of the trace beside the whole trace; the answer is now the trace once, with more fields)."""
+    steps = [{k: s[k] for k in ("index", "chosen", "done", "success", "feedback", "prompt_delta")}
+             | {"candidates": [{k: c[k] for k in ("skill", "llm", "affordance", "combined")} for c in s["candidates"]]}
+             for s in plan["steps"]]
+    return {**{k: plan[k] for k in ("episode_id", "planner", "env", "instruction", "terminated", "execution_success",
+                                    "plan_success", "goal_details", "error", "plan")}, "steps": steps}
 
 
 def test_serve_api_answers_as_recorded():
@@ -127,6 +137,30 @@ def test_every_path_wraps_the_one_host():
 
     assert app.Scorer.func_or_class is ServeScorer and issubclass(ServeScorer, LLMScorer)
     assert isinstance(LocalBackend(ServeConfig(viewer_dir=None), FakeLM()).scorer, ServeScorer)
+
+
+def test_local_planners_score_through_the_host():
+    """``--local``'s planner threads reach the model through the scorer host (its batches, its memo), as a
+    Serve planner replica does through the scorer deployment: an episode's scoring is in the host's stats,
+    and the steps' repeated prompts are memo hits."""
+    import asyncio
+
+    from fastapi.testclient import TestClient
+
+    from groundplan.serve.api import build_api
+    from groundplan.serve.config import ServeConfig
+    from groundplan.serve.local import LocalBackend
+
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], viewer_dir=None)
+    lm = LM_FACTORY()
+    backend = LocalBackend(cfg, lm)
+    c = TestClient(build_api(cfg, backend, llm_name="fake-lm"))
+    body = {"task_id": "kitchen/nl_nouns/00", "env": "kitchen", "planner": "No-VF", "max_steps": 3}
+    assert c.post("/v1/plan", json=body).status_code == 200
+    stats = asyncio.run(backend.scorer.stats())
+    assert stats["requests"] == 3 and len(lm.score_calls) == 3
+    assert c.post("/v1/plan", json=body).status_code == 200  # the same episode again: every score from the memo
+    assert asyncio.run(backend.scorer.stats())["requests"] == 6 and len(lm.score_calls) == 3
 
 
 def test_ray_errors_read_one_way():

@@ -85,7 +85,7 @@ def test_a_start_state_with_a_task_id_is_used():
     r = c.post("/v1/plan", json={**body, "start_state": {"holding": "coke can"}})
     assert r.status_code == 200, r.text
     assert r.json()["steps"][0]["success"] is True  # held from the start, as the request said
-    assert r.json()["instruction"] == "How would you bring me a fruit?" and r.json()["trace"]["task_id"] == body["task_id"]
+    assert r.json()["instruction"] == "How would you bring me a fruit?" and r.json()["task_id"] == body["task_id"]
 
 
 def test_a_session_step_refuses_empty_skill_labels_like_session_creation():

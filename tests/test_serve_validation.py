@@ -182,7 +182,7 @@ def test_the_service_refuses_empty_skills_too():
     service = PlannerService(cfg, FakeLM(), local_store(cfg))
     with pytest.raises(InvalidInputError, match="skills: the list is empty"):
         service.create_session({"instruction": "x", "skills": []})
-    with pytest.raises(InvalidInputError, match="start_state: robot"):
+    with pytest.raises(StartStateError, match="robot: Input should be"):
         service.plan({"instruction": "x", "start_state": {"robot": ["a"]}})
 
 

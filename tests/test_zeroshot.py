@@ -180,6 +180,49 @@ def test_action_embeddings_are_cached_on_disk(tmp_path):
     assert action_embeddings(other, labels).shape == (len(labels), 64)
 
 
+def test_only_the_actions_an_observation_allows_are_embedded_and_other_processes_add_to_the_cache(tmp_path):
+    """A row is embedded the first time an admissible mask allows it; a later process (memory cleared)
+    reads those rows from disk and embeds only the ones it newly needs; rows match a full embedding."""
+    from groundplan.grounding.action_index import ActionIndex
+
+    labels = SKILLS[:-1]
+    full = action_embeddings(FakeLM(), labels, use_disk=False)
+    clear_memory_cache()
+    lm = FakeLM()
+    index = ActionIndex(lm, SKILLS, "done")
+    allowed = np.array([True, False, True, False, False, True])  # aligned with SKILLS (done last)
+    mask = index.ensure(allowed)
+    assert mask.tolist() == [True, False, True, False, False]
+    assert sorted(t for c in lm.embed_calls for t in c) == sorted(["walk to bedroom", "walk to bedroom", "switch on lamp"])
+    assert np.isnan(index.matrix[[1, 3, 4]]).all() and np.allclose(index.matrix[[0, 2]], full[[0, 2]])
+    clear_memory_cache()
+    lm2 = FakeLM()
+    later = ActionIndex(lm2, SKILLS, "done")
+    assert np.allclose(later.matrix[[0, 2]], full[[0, 2]])  # from disk
+    later.ensure(None)
+    assert sorted(t for c in lm2.embed_calls[1:] for t in c) == ["grab cup", "switch on tv", "walk to kitchen"]
+    assert np.allclose(later.matrix, full)
+    clear_memory_cache()
+    assert np.allclose(action_embeddings(FakeLM(), labels), full)  # the completed file
+
+
+def test_two_processes_filling_one_action_set_merge_their_rows_on_disk(tmp_path):
+    from groundplan.grounding.action_index import ActionEmbeddings
+
+    labels = SKILLS[:-1]
+    full = action_embeddings(FakeLM(), labels, use_disk=False)
+    clear_memory_cache()
+    first = ActionEmbeddings(FakeLM(), labels)
+    clear_memory_cache()  # a second process: its own matrix, nothing on disk yet
+    second = ActionEmbeddings(FakeLM(), labels)
+    first.ensure(np.array([True, False, False, False, False]))
+    second.ensure(np.array([False, False, True, False, False]))  # its save takes row 0 from the first's file
+    clear_memory_cache()
+    lm = FakeLM()
+    merged = ActionEmbeddings(lm, labels).matrix
+    assert np.allclose(merged[[0, 2]], full[[0, 2]]) and np.isnan(merged[[1, 3, 4]]).all()
+
+
 def test_saycan_max_options_prefilters_by_similarity_and_keeps_done():
     lm = FakeLM()
     planner = SayCanPlanner(lm, None, use_affordance=False, max_options=3)

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from groundplan.actors.pool import classify_ray_error
-from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
+from groundplan.llm.client import HostClient
 
 
-class _Guard:
-    """Calls ``ray.get`` and remembers the first actor death it saw."""
+class ActorGuard:
+    """Calls ``ray.get`` and remembers the first actor death it saw (``actor_error``): the capability an
+    episode worker reads, declared by subclassing, to tell an infrastructure fault from the planner's."""
 
     def __init__(self, timeout_s: float | None = None) -> None:
         self.actor_error: BaseException | None = None
@@ -36,7 +35,7 @@ class _Guard:
             raise
 
 
-class RemoteLM(_Guard):
+class RemoteLM(ActorGuard, HostClient):
     """A LanguageModel over scorer actor handles. ``handles`` may be one handle or a list of replicas.
 
     Make one per episode (it is cheap) so an actor death is attributed to the right episode; the
@@ -58,14 +57,8 @@ class RemoteLM(_Guard):
         with self._lock:
             return self.handles[next(self._rr) % len(self.handles)]
 
-    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
-        return self._get(self._next().score.remote(prompt, list(options)))
+    def _submit(self, method: str, *args: Any) -> Any:
+        return getattr(self._next(), method).remote(*args)
 
-    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[list[OptionScore]]:
-        return self._get(self._next().score_batch.remote([(p, list(o)) for p, o in requests]))
-
-    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
-        return self._get(self._next().generate.remote(prompt, params))
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self._get(self._next().embed.remote(list(texts))))
+    def _result(self, pending: Any) -> Any:
+        return self._get(pending)

@@ -23,11 +23,14 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from groundplan.actors.remote import ActorGuard
 from groundplan.config import EnvSpec, LLMSpec, PlannerSpec
 from groundplan.core.errors import InfrastructureError
 from groundplan.core.types import Task
@@ -79,6 +82,12 @@ class WorkerSpec:
     source: TrajectorySource | None = None
     max_admissible: int | None = None
     fault: dict[str, str] | None = None
+    #: build envs as concurrent calls need them, up to ``envs`` (the serve API, whose concurrency is a
+    #: ceiling), instead of all up front (sweeps, which use every env from the start)
+    envs_on_demand: bool = False
+    record_frames: bool = True
+    #: a planner that refuses a task is a failed episode (sweeps), or the caller's bad input (the serve API)
+    record_setup_errors: bool = True
 
 
 class _Slot:
@@ -101,7 +110,9 @@ class _Slot:
             if self.lm is None:
                 raise InfrastructureError("this episode worker has no language model: it was built for expert data")
             self._runner = EpisodeRunner(self.env, self.lm, self.spec.max_steps, llm_name=self.spec.llm_name,
-                                         config_hash=self.spec.config_hash, affordance_for=self.affordance_for)
+                                         config_hash=self.spec.config_hash, affordance_for=self.affordance_for,
+                                         record_frames=self.spec.record_frames,
+                                         record_setup_errors=self.spec.record_setup_errors)
         return self._runner
 
     def trajectory_planner(self) -> Planner:
@@ -127,30 +138,47 @@ class EpisodeWorker:
     def __init__(self, spec: WorkerSpec, worker_id: int = 0) -> None:
         self.spec = spec
         self.worker_id = worker_id
-        affordance_for = _remote_affordance(spec.affordance_server) if spec.affordance_server is not None else None
-        self.slots = [_Slot(spec, affordance_for) for _ in range(max(1, spec.envs))]
+        self._affordance_for = _remote_affordance(spec.affordance_server) if spec.affordance_server is not None else None
+        self.slots = [_Slot(spec, self._affordance_for) for _ in range(1 if spec.envs_on_demand else max(1, spec.envs))]
         self._free: queue.SimpleQueue[_Slot] = queue.SimpleQueue()
+        self._grow = threading.Lock()
         for slot in self.slots:
+            self._free.put(slot)
+
+    @contextmanager
+    def borrow(self) -> Iterator[_Slot]:
+        """A free env slot for the duration of the block (built now when ``envs_on_demand`` allows one more)."""
+        try:
+            slot = self._free.get_nowait()
+        except queue.Empty:
+            with self._grow:
+                built = _Slot(self.spec, self._affordance_for) if len(self.slots) < max(1, self.spec.envs) else None
+                if built is not None:
+                    self.slots.append(built)
+            slot = built if built is not None else self._free.get()
+        try:
+            yield slot
+        finally:
             self._free.put(slot)
 
     def run(self, job: EpisodeSpec | CollectItem) -> EpisodeResult | dict[str, Any]:
         """An :class:`EpisodeSpec`'s result (trace and frames), or a :class:`CollectItem`'s trajectory row;
         raises :class:`InfrastructureError` when a scorer died during the episode, and (rows only) when
         the env or the planner failed in it."""
-        slot = self._free.get()
-        died = None
-        t0 = time.perf_counter()
-        if hasattr(slot.lm, "actor_error"):
-            slot.lm.actor_error = None  # type: ignore[union-attr]
-        try:
-            out = self._row(slot, job) if isinstance(job, CollectItem) else slot.runner().run(job)
-            died = getattr(slot.lm, "actor_error", None)  # read before the env goes back to the pool
-        finally:
-            slot.episodes += 1
-            slot.busy_s += time.perf_counter() - t0
-            self._free.put(slot)
-            if self.spec.affordance_server is not None and isinstance(job, EpisodeSpec):
-                self.spec.affordance_server.release.remote(job.episode_id)
+        with self.borrow() as slot:
+            died = None
+            t0 = time.perf_counter()
+            guard = slot.lm if isinstance(slot.lm, ActorGuard) else None  # a client of scorer actors
+            if guard is not None:
+                guard.actor_error = None
+            try:
+                out = self._row(slot, job) if isinstance(job, CollectItem) else slot.runner().run(job)
+                died = guard.actor_error if guard is not None else None  # read before the env goes back to the pool
+            finally:
+                slot.episodes += 1
+                slot.busy_s += time.perf_counter() - t0
+                if self.spec.affordance_server is not None and isinstance(job, EpisodeSpec):
+                    self.spec.affordance_server.release.remote(job.episode_id)
         if died is not None:
             raise InfrastructureError(f"a scorer died during the episode: {died}")
         return out

@@ -1,9 +1,13 @@
-"""Embedding indexes over admissible actions, cached on disk.
+"""Embedding indexes over admissible actions, embedded as they are needed and cached on disk.
 
 Zero-Shot Planners (Huang et al., Sec. 3.2) translate each sampled step to the admissible action with
 the highest cosine similarity under a sentence encoder; SayCan on large action sets pre-filters its
-options the same way. Embedding tens of thousands of labels takes minutes on a CPU, so matrices are
-cached under ``cache_dir()/embeddings``, keyed by the encoder's name and a hash of the label list.
+options the same way. Both only ever compare against the actions the observation allows (VirtualHome:
+the templates × the objects of the scene, a few thousand of the 40,560 labels), so a row is embedded
+the first time an observation allows it, not up front: a new scene costs its own actions, not the
+whole bank. The matrix, with rows not yet embedded left as NaN, is cached under
+``cache_dir()/embeddings``, keyed by the encoder's name and a hash of the label list, and each write
+merges the rows other processes saved meanwhile.
 """
 from __future__ import annotations
 
@@ -44,62 +48,13 @@ def embeddings_dir() -> Path:
 
 
 _MEMORY: dict[tuple[str, str], np.ndarray] = {}
-_MEMORY_LOCK = threading.Lock()
+_MEMORY_LOCK = threading.RLock()
 
 
 def clear_memory_cache() -> None:
     """Forget the in-process copies (the disk cache stays); benchmarks time cold vs cached loads."""
     with _MEMORY_LOCK:
         _MEMORY.clear()
-
-
-def action_embeddings(lm: Any, labels: Sequence[str], *, use_disk: bool = True, batch: int = 4096) -> np.ndarray:
-    """Unit-norm embeddings (float32, one row per label) of an action set, from memory, from
-    ``cache_dir()/embeddings/<model>-<hash>.npy`` or computed and saved there (atomically).
-
-    A cached matrix is used only if it matches a fresh embedding of the first label (same width,
-    cosine > 0.99), so a different model under the same name never reads stale vectors."""
-    model = embedding_model_name(lm)
-    key = (model, action_set_hash(labels))
-    probe = unit_rows(np.asarray(lm.embed(list(labels[:1])), dtype=np.float32)) if labels else None
-
-    def fits(matrix: np.ndarray | None) -> bool:
-        if matrix is None or matrix.ndim != 2 or matrix.shape[0] != len(labels):
-            return False
-        if probe is None:
-            return True
-        return matrix.shape[1] == probe.shape[1] and float(matrix[0] @ probe[0]) > 0.99
-
-    with _MEMORY_LOCK:
-        cached = _MEMORY.get(key)
-    if fits(cached):
-        return cached  # type: ignore[return-value]
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", model)
-    path = embeddings_dir() / f"{safe}-{key[1]}.npy"
-    matrix: np.ndarray | None = None
-    if use_disk and path.exists():
-        try:
-            matrix = np.load(path)
-        except (OSError, ValueError):
-            matrix = None
-        if not fits(matrix):
-            matrix = None
-    if matrix is None:
-        t0 = time.perf_counter()
-        parts = [np.asarray(lm.embed(list(labels[i : i + batch])), dtype=np.float32) for i in range(0, len(labels), batch)]
-        matrix = unit_rows(np.concatenate(parts) if parts else np.zeros((0, 1), np.float32))
-        logger.info("embedded %d actions with %s in %.1f s", len(labels), model, time.perf_counter() - t0)
-        if use_disk:
-            try:
-                buffer = io.BytesIO()
-                np.save(buffer, matrix)
-                atomic_write_bytes(path, buffer.getvalue())
-            except OSError as exc:
-                logger.warning("could not cache action embeddings at %s: %s", path, exc)
-    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-    with _MEMORY_LOCK:
-        _MEMORY[key] = matrix
-    return matrix
 
 
 def unit_rows(vectors: np.ndarray) -> np.ndarray:
@@ -109,17 +64,111 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
     return np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
 
 
+def _present(matrix: np.ndarray) -> np.ndarray:
+    return ~np.isnan(matrix[:, 0]) if matrix.shape[1] else np.zeros(len(matrix), dtype=bool)
+
+
+class ActionEmbeddings:
+    """The unit-norm embeddings (float32, one row per label) of one action set, one matrix per (encoder,
+    label list) in the process, shared by every index over that list and filled in place by
+    :meth:`ensure`, so views of it (a torch tensor) stay valid.
+
+    A cached matrix is used only if its first embedded row matches a fresh embedding of that label
+    (same width, cosine > 0.99), so a different model under the same name never reads stale vectors."""
+
+    def __init__(self, lm: Any, labels: Sequence[str], *, use_disk: bool = True, batch: int = 4096) -> None:
+        self.lm, self.labels, self.use_disk, self.batch = lm, list(labels), use_disk, batch
+        model = embedding_model_name(lm)
+        self.key = (model, action_set_hash(self.labels))
+        self.path = embeddings_dir() / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', model)}-{self.key[1]}.npy"
+        with _MEMORY_LOCK:
+            matrix = _MEMORY.get(self.key)
+            if matrix is None or not self._fits(matrix):
+                matrix = self._load()
+                if matrix is None:
+                    width = self._embed([0]).shape[1] if self.labels else 1
+                    matrix = np.full((len(self.labels), width), np.nan, dtype=np.float32)
+                _MEMORY[self.key] = matrix
+        self.matrix: np.ndarray = matrix
+
+    def _embed(self, rows: Sequence[int]) -> np.ndarray:
+        return unit_rows(np.asarray(self.lm.embed([self.labels[i] for i in rows]), dtype=np.float32))
+
+    def _fits(self, matrix: np.ndarray | None) -> bool:
+        if matrix is None or matrix.ndim != 2 or matrix.shape[0] != len(self.labels):
+            return False
+        if not self.labels:
+            return True
+        present = np.flatnonzero(_present(matrix))
+        row = int(present[0]) if len(present) else 0
+        probe = self._embed([row])
+        return matrix.shape[1] == probe.shape[1] and (not len(present) or float(matrix[row] @ probe[0]) > 0.99)
+
+    def _read(self) -> np.ndarray | None:
+        if not (self.use_disk and self.path.exists()):
+            return None
+        try:
+            return np.ascontiguousarray(np.load(self.path), dtype=np.float32)
+        except (OSError, ValueError):
+            return None
+
+    def _load(self) -> np.ndarray | None:
+        matrix = self._read()
+        return matrix if self._fits(matrix) else None
+
+    def ensure(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The matrix with every row of the boolean mask ``rows`` embedded (all rows when ``None``);
+        rows it does not ask for may still be NaN."""
+        with _MEMORY_LOCK:
+            want = np.ones(len(self.labels), dtype=bool) if rows is None else np.asarray(rows, dtype=bool)
+            missing = np.flatnonzero(want & ~_present(self.matrix))
+            if not len(missing):
+                return self.matrix
+            t0 = time.perf_counter()
+            for i in range(0, len(missing), self.batch):
+                part = missing[i : i + self.batch]
+                self.matrix[part] = self._embed(part)
+            logger.info("embedded %d of %d actions with %s in %.1f s", len(missing), len(self.labels), self.key[0],
+                        time.perf_counter() - t0)
+            if self.use_disk:
+                self._save()
+            return self.matrix
+
+    def _save(self) -> None:
+        """Write the matrix, first taking the rows another process saved that this one lacks."""
+        on_disk = self._read()
+        if on_disk is not None and on_disk.shape == self.matrix.shape:
+            ours, theirs = _present(self.matrix), _present(on_disk)
+            both = np.flatnonzero(ours & theirs)  # same encoder: a row both embedded agrees
+            if not len(both) or float(on_disk[both[0]] @ self.matrix[both[0]]) > 0.99:
+                self.matrix[theirs & ~ours] = on_disk[theirs & ~ours]
+        try:
+            buffer = io.BytesIO()
+            np.save(buffer, self.matrix)
+            atomic_write_bytes(self.path, buffer.getvalue())
+        except OSError as exc:
+            logger.warning("could not cache action embeddings at %s: %s", self.path, exc)
+
+
+def action_embeddings(lm: Any, labels: Sequence[str], *, use_disk: bool = True, batch: int = 4096) -> np.ndarray:
+    """Unit-norm embeddings of every label of an action set, from memory, from the disk cache or
+    computed and saved there (atomically)."""
+    return ActionEmbeddings(lm, labels, use_disk=use_disk, batch=batch).ensure()
+
+
 class ActionIndex:
-    """The admissible actions of one skill list (the done label left out) and their embeddings; the
-    list's hash is computed once per list object (envs hand out one shared list)."""
+    """The admissible actions of one skill list (the done label left out) and their embeddings, embedded
+    as observations allow them (:meth:`ensure`); the list's hash is computed once per list object (envs
+    hand out one shared list)."""
 
     def __init__(self, lm: Any, skills: Sequence[str], done_skill: str) -> None:
         self.skills = skills
         self.positions = [i for i, s in enumerate(skills) if s != done_skill]
         self.labels = [skills[i] for i in self.positions]
-        self.matrix = action_embeddings(lm, self.labels)
-        # torch shares the array's memory; its GEMM is ~3x faster than numpy's for this (40k x 384)
-        # by (384 x k) product, which is memory-bound and dominates a translation step
+        self._embeddings = ActionEmbeddings(lm, self.labels)
+        self.matrix = self._embeddings.matrix
+        # torch shares the array's memory (filled in place); its GEMM is ~3x faster than numpy's for this
+        # (40k x 384) by (384 x k) product, which is memory-bound and dominates a translation step
         self.matrix_t = torch.from_numpy(self.matrix)
         self.position = {label: i for i, label in enumerate(self.labels)}
 
@@ -128,3 +177,10 @@ class ActionIndex:
         if admissible is None:
             return None
         return np.asarray(admissible, dtype=bool)[self.positions]
+
+    def ensure(self, admissible: Any) -> np.ndarray | None:
+        """Embed the labels an ``Observation.admissible`` mask allows (all when ``None``) and return the
+        mask restricted to ``labels``; rows it rules out may hold NaN, so callers set them to -inf."""
+        mask = self.label_mask(admissible)
+        self._embeddings.ensure(mask)
+        return mask

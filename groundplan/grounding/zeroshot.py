@@ -25,7 +25,8 @@ def translation_scores(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Best score of every action of ``index`` over the samples, the cosine and the sample achieving it:
     ``max_s cos(f(s), f(a)) + β·P(s)`` minus ``penalty`` for the previous action; actions that
-    ``admissible`` (an ``Observation.admissible`` mask) rules out score -inf."""
+    ``admissible`` (an ``Observation.admissible`` mask) rules out score -inf (and are not embedded)."""
+    mask = index.ensure(admissible)
     samples = torch.from_numpy(np.ascontiguousarray(sample_vectors, dtype=np.float32))
     cos = index.matrix_t @ samples.T  # (actions, samples)
     scores = cos + beta * torch.from_numpy(np.asarray(logprobs, dtype=np.float32))[None, :]
@@ -36,7 +37,6 @@ def translation_scores(
         i = index.position.get(previous)
         if i is not None:
             best[i] -= penalty
-    mask = index.label_mask(admissible)
     if mask is not None:
         best[~mask] = -np.inf
     return best, cos.gather(1, best_sample_t[:, None])[:, 0].numpy(), best_sample

@@ -322,8 +322,8 @@ class SayCanPlanner(DialogPlanner):
             index = self._option_index = ActionIndex(self.lm, offered, self.config.done_skill)
         if self._query_vector is None:
             self._query_vector = unit_rows(np.asarray(self.lm.embed([self._query]), dtype=np.float32))[0]
+        mask = index.ensure(observation.admissible)
         cos = index.matrix @ self._query_vector.astype(index.matrix.dtype)
-        mask = index.label_mask(observation.admissible)
         if mask is not None:
             cos = np.where(mask, cos, -np.inf)
         keep = min(self.config.max_options - 1, int(np.isfinite(cos).sum()))

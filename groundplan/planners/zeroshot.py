@@ -13,9 +13,9 @@ Translated planner (Sec. 3, Algorithm 1), one decision per step:
    after ``max_steps`` steps.
 
 The few-shot example is the demonstration whose task name is most similar to the query's (same
-embedder; "dynamic example selection"). The admissible actions' embeddings are computed once per
-(embedding model, action set) and cached on disk under ``cache_dir()/embeddings/`` — embedding the
-~40,000 VirtualHome labels takes minutes on a small CPU, a cached load a fraction of a second.
+embedder; "dynamic example selection"). An admissible action is embedded the first time an observation
+allows it and cached on disk under ``cache_dir()/embeddings/`` (:mod:`groundplan.grounding.action_index`):
+a VirtualHome scene allows a few thousand of the ~40,000 labels, which embed in seconds, not minutes.
 
 Ablations (Table 2) are options of ``make_zeroshot``: ``translation=False`` (the best sample by P is
 used as is; the env records a failed step when it is not admissible), ``dynamic_example=False`` (one

@@ -40,6 +40,8 @@ class EpisodeSpec:
     task: Task
     seed: int
     episode_id: str
+    #: this episode's step cap when it is not the runner's (a served request may ask for fewer steps)
+    max_steps: int | None = None
 
 
 @dataclass
@@ -51,10 +53,14 @@ class EpisodeResult:
 
 
 class EpisodeRunner:
-    """Owns one env for its lifetime and one planner per planner spec (built on first use)."""
+    """Owns one env for its lifetime and one planner per (planner spec, step cap), built on first use.
+
+    ``record_setup_errors`` (sweeps) records a planner that refuses the task or cannot be built as a failed
+    episode; off (the serve API), the :class:`InvalidInputError` reaches the caller as bad input."""
 
     def __init__(self, env: EnvSpec | Env, lm: LanguageModel, max_steps: int, *, llm_name: str = "",
-                 config_hash: str = "", affordance_for: AffordanceFor | None = None, record_frames: bool = True) -> None:
+                 config_hash: str = "", affordance_for: AffordanceFor | None = None, record_frames: bool = True,
+                 record_setup_errors: bool = True) -> None:
         self.env = env if isinstance(env, Env) else make_env(env)
         self.lm = lm
         self.max_steps = max_steps
@@ -62,23 +68,29 @@ class EpisodeRunner:
         self.config_hash = config_hash
         self.affordance_for = affordance_for
         self.record_frames = record_frames
-        self._planners: dict[str, Planner] = {}
+        self.record_setup_errors = record_setup_errors
+        self._planners: dict[tuple[str, int], Planner] = {}
         self._episodes = 0
         self._busy_s = 0.0
 
-    def planner(self, spec: PlannerSpec, episode_id: str) -> Planner:
-        """The planner of ``spec``: cached per label, unless each episode gets its own affordance client."""
+    def planner(self, spec: PlannerSpec, episode_id: str, max_steps: int | None = None) -> Planner:
+        """The planner of ``spec``: cached per label and step cap, unless each episode gets its own
+        affordance client."""
+        cap = max_steps or self.max_steps
         if self.affordance_for is not None and spec.affordance:
-            return make_planner(spec, self.lm, self.max_steps, affordance=self.affordance_for(spec, episode_id))
-        if spec.display not in self._planners:
-            self._planners[spec.display] = make_planner(spec, self.lm, self.max_steps)
-        return self._planners[spec.display]
+            return make_planner(spec, self.lm, cap, affordance=self.affordance_for(spec, episode_id))
+        key = (spec.display, cap)
+        if key not in self._planners:
+            self._planners[key] = make_planner(spec, self.lm, cap)
+        return self._planners[key]
 
     def run(self, spec: EpisodeSpec) -> EpisodeResult:
         """Run one episode from reset. A planner that refuses the task (InvalidInputError at reset) or
-        cannot be built is recorded as a failed episode, like every other planner or env error."""
+        cannot be built is recorded as a failed episode, like every other planner or env error (unless
+        ``record_setup_errors`` is off). An empty ``episode_id`` takes :func:`run_episode`'s default."""
         t0 = time.perf_counter()
         frames: list[Frame] = []
+        cap = spec.max_steps or self.max_steps
 
         def record(trace: EpisodeTrace, step: StepTrace | None, env: Env) -> None:
             frame = newest_frame(env, 0 if step is None else step.index + 1)
@@ -86,10 +98,12 @@ class EpisodeRunner:
                 frames.append(frame)
 
         try:
-            trace = run_episode(self.planner(spec.planner, spec.episode_id), self.env, spec.task, spec.seed,
-                                max_steps=self.max_steps, llm_name=self.llm_name, config_hash=self.config_hash,
-                                episode_id=spec.episode_id, on_step=record if self.record_frames else None)
+            trace = run_episode(self.planner(spec.planner, spec.episode_id, cap), self.env, spec.task, spec.seed,
+                                max_steps=cap, llm_name=self.llm_name, config_hash=self.config_hash,
+                                episode_id=spec.episode_id or None, on_step=record if self.record_frames else None)
         except (InvalidInputError, TypeError, ValueError) as exc:
+            if not self.record_setup_errors:
+                raise
             trace = failed_trace(spec, self.env.name, self.llm_name, self.config_hash,
                                  f"{type(exc).__name__}: {exc} (episode setup)")
         self._episodes += 1

@@ -40,6 +40,7 @@ from groundplan.serve.errors import (
     SessionLimitError,
     SessionNotFoundError,
 )
+from groundplan.serve.service import PlanJob, resolve_plan
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Backend(Protocol):
     async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]: ...
     async def count_tokens(self, texts: list[str]) -> list[int]: ...
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
-    async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
+    async def plan(self, job: PlanJob) -> dict[str, Any]: ...
     async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]: ...
     async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]: ...
     async def delete_session(self, session_id: str) -> None: ...
@@ -226,11 +227,12 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
             parts.append(f"{where}: {str(err.get('msg')).removeprefix('Value error, ')}")
         return _error(422, "invalid request: " + "; ".join(parts))
 
-    def check_start_state(env: str, data: Any) -> None:
-        """The request's start state against its env's :attr:`Env.start_state_schema`, before any env is
-        built or the backend called: a 422 naming each bad field, as for any other malformed field."""
+    def resolve(request: dict[str, Any]) -> PlanJob:
+        """The request checked once (:func:`resolve_plan`), before any env is built or the backend called;
+        a start state that does not fit its env's schema is a 422 naming each bad field, as for any other
+        malformed field."""
         try:
-            envs[env].check_start_state(data)
+            return resolve_plan(config, request)
         except StartStateError as exc:
             raise RequestValidationError([{"type": "start_state", "msg": msg,
                                            "loc": ("body", "start_state", *(field.split(".") if field else ()))}
@@ -263,16 +265,8 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
         return config.planner_spec(name or config.planners[0].display).display
 
     async def plan(req: S.PlanRequest) -> dict[str, Any]:
-        """Run a whole episode in the simulator and return its trace."""
-        config.env_spec(req.env)
-        check_start_state(req.env, req.start_state)
-        trace = await backend.plan(label(req.planner), req.model_dump())
-        steps = [{k: s[k] for k in ("index", "chosen", "done", "success", "feedback", "prompt_delta")}
-                 | {"candidates": [{k: c[k] for k in ("skill", "llm", "affordance", "combined")} for c in s["candidates"]]}
-                 for s in trace["steps"]]
-        return {**{k: trace[k] for k in ("episode_id", "planner", "env", "instruction", "terminated", "execution_success",
-                                         "plan_success", "goal_details", "error", "wall_s")},
-                "steps": steps, "plan": [s["chosen"] for s in trace["steps"] if not s["done"]], "trace": trace}
+        """Run a whole episode in the simulator and return its trace, with the plan it executed."""
+        return await backend.plan(resolve(req.model_dump()))
 
     # the request model is this app's (its start_state documents the served envs' schemas), so the route is
     # added once the annotation names it rather than by the decorator

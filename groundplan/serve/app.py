@@ -25,13 +25,13 @@ import logging
 import re
 import signal
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-import numpy as np
 from ray import serve
 
 from groundplan.actors.pool import classify_ray_error
-from groundplan.llm.base import Generation, GenerationParams, LanguageModel, OptionScore, PromptLogprobs
+from groundplan.llm.base import LanguageModel, PromptLogprobs
+from groundplan.llm.client import HostClient
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import RetryableError
 from groundplan.serve.service import ServeScorer
@@ -56,7 +56,7 @@ def _as_api_error(exc: BaseException) -> BaseException:
 Scorer = serve.deployment(name="Scorer")(ServeScorer)
 
 
-class ServeLM:
+class ServeLM(HostClient):
     """A synchronous :class:`~groundplan.llm.base.LanguageModel` over the scorer deployment (used from
     worker threads of a planner replica; each request of a ``score_batch`` joins the scorer's batches,
     without the per-caller limits: a planner asks for its whole skill set)."""
@@ -64,25 +64,14 @@ class ServeLM:
     def __init__(self, handle: Any, name: str) -> None:
         self.handle, self.name = handle, name
 
-    @staticmethod
-    def _result(response: Any) -> Any:
+    def _submit(self, method: str, *args: Any) -> Any:
+        return getattr(self.handle, method).remote(*args)
+
+    def _result(self, pending: Any) -> Any:
         try:
-            return response.result()
+            return pending.result()
         except Exception as exc:
             raise _as_api_error(exc) from None
-
-    def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
-        return self.score_batch([(prompt, options)])[0]
-
-    def score_batch(self, requests: Sequence[tuple[str, Sequence[str]]]) -> list[list[OptionScore]]:
-        responses = [self.handle.score.remote(p, list(o)) for p, o in requests]
-        return [self._result(r) for r in responses]
-
-    def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
-        return self._result(self.handle.generate.remote(prompt, params))
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return self._result(self.handle.embed.remote(list(texts)))
 
 
 class _StoreProxy:
@@ -118,8 +107,8 @@ class PlannerDeployment:
         store = _StoreProxy(session_store_handle(cfg.name, lim.max_sessions, lim.session_idle_s, lim.max_session_steps))
         self.service = PlannerService(cfg, ServeLM(scorer, cfg.llm.model), store, labels=[label])
 
-    async def plan(self, request: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.to_thread(self.service.plan, request)
+    async def plan(self, job: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self.service.plan, job)
 
     async def create_session(self, request: dict[str, Any]) -> dict[str, Any]:
         return await asyncio.to_thread(self.service.create_session, request)
@@ -166,8 +155,8 @@ class HandleBackend:
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return await self._call(_HANDLES["scorer"], "generate_request", prompt, params, retries=1)
 
-    async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(_HANDLES["planners"][planner], "plan", {**request, "planner": planner}, retries=1)
+    async def plan(self, job: Any) -> dict[str, Any]:
+        return await self._call(_HANDLES["planners"][job.planner.display], "plan", job, retries=1)
 
     async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
         return await self._call(_HANDLES["planners"][planner], "create_session", {**request, "planner": planner})

@@ -2,25 +2,35 @@
 single-process ``groundplan serve --local``)."""
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Callable
 
 from starlette.concurrency import run_in_threadpool
 
 from groundplan.llm.base import LanguageModel, PromptLogprobs
+from groundplan.llm.client import LoopClient
 from groundplan.serve.config import ServeConfig
-from groundplan.serve.service import PlannerService, ServeScorer, local_store
+from groundplan.serve.service import PlanJob, PlannerService, ServeScorer, local_store
 
 
 class LocalBackend:
     """Runs each request in this process: scoring, prompt log-probs, token counts and sampling through the
     one scorer host (:class:`~groundplan.serve.service.ServeScorer`, batched and memoized as the Serve
     app's scorer deployment is: ``scorer.max_batch_size``, ``scorer.batch_wait_timeout_s``,
-    ``scorer.memo_size``), planning in worker threads."""
+    ``scorer.memo_size``), planning in worker threads whose model calls go through that host too (a
+    :class:`~groundplan.llm.client.LoopClient` on the event loop serving the request), as a Serve planner
+    replica's go through the scorer deployment."""
 
     def __init__(self, config: ServeConfig, lm: LanguageModel) -> None:
         self.lm = lm
         self.scorer = ServeScorer(config, lm_factory=lambda: lm)
-        self.planners = PlannerService(config, lm, local_store(config))
+        self.client = LoopClient(self.scorer)
+        self.planners = PlannerService(config, self.client, local_store(config))
+
+    async def _planning(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn`` in a worker thread, its model calls scheduled on this request's event loop."""
+        self.client.loop = asyncio.get_running_loop()
+        return await run_in_threadpool(fn, *args)
 
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         return await self.scorer.score_request(prompt, options)
@@ -34,17 +44,17 @@ class LocalBackend:
     async def generate(self, prompt: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         return await self.scorer.generate_request(prompt, params)
 
-    async def plan(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
-        return await run_in_threadpool(self.planners.plan, {**request, "planner": planner})
+    async def plan(self, job: PlanJob) -> dict[str, Any]:
+        return await self._planning(self.planners.plan, job)
 
     async def create_session(self, planner: str, request: dict[str, Any]) -> dict[str, Any]:
-        return await run_in_threadpool(self.planners.create_session, {**request, "planner": planner})
+        return await self._planning(self.planners.create_session, {**request, "planner": planner})
 
     async def step_session(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
-        return await run_in_threadpool(self.planners.step_session, session_id, request)
+        return await self._planning(self.planners.step_session, session_id, request)
 
     async def delete_session(self, session_id: str) -> None:
-        await run_in_threadpool(self.planners.delete_session, session_id)
+        await self._planning(self.planners.delete_session, session_id)
 
 
 def local_app(config: ServeConfig, lm: LanguageModel, token: str | None = None) -> Any:

@@ -107,30 +107,51 @@ class CandidateOut(BaseModel):
     combined: float | None
 
 
+class TraceCandidateOut(CandidateOut):
+    """A candidate as the trace records it: with what the planner noted besides the three scores (the
+    option's token count and mean log-prob, a SayCanPay Can and Pay, ...)."""
+
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
 class StepOut(BaseModel):
+    """One step of the trace (:class:`~groundplan.rollout.traces.StepTrace`)."""
+
     index: int
     chosen: str
     done: bool
     success: bool | None = None
     feedback: str = ""
     prompt_delta: str = ""
-    candidates: list[CandidateOut] = Field(default_factory=list)
+    candidates: list[TraceCandidateOut] = Field(default_factory=list)
+    info: dict[str, Any] = Field(default_factory=dict, description="what the planner and the env noted at this step")
+    timings: dict[str, float] = Field(default_factory=dict, description="milliseconds per part of the step")
 
 
 class PlanResponse(BaseModel):
+    """The episode's trace (:class:`~groundplan.rollout.traces.EpisodeTrace`, as written to traces.jsonl),
+    once, with the plan it executed."""
+
     episode_id: str
     planner: str
     env: str
+    task_id: str
+    family: str
     instruction: str
+    seed: int
+    llm: str
+    config_hash: str = ""
+    prompt: str = ""
     steps: list[StepOut]
-    plan: list[str]
-    terminated: bool
+    plan: list[str] = Field(description="the chosen skills, done left out")
+    terminated: bool = Field(description="the planner chose done (rather than running out of steps)")
     execution_success: bool | None = Field(description="goal held at the end (null for an ad-hoc instruction: no goal)")
     plan_success: bool | None
     goal_details: dict[str, Any]
+    metrics: dict[str, float]
     error: str | None
     wall_s: float
-    trace: dict[str, Any] = Field(description="the full EpisodeTrace, as written to traces.jsonl")
+    oracles: list[dict[str, Any]] | None = Field(description="what the planner reads of the simulator's truth")
 
 
 class SessionCreate(_Req):

@@ -13,21 +13,24 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from groundplan.actors.scorer import LLMScorer, import_plugins
+from groundplan.actors.worker import EpisodeWorker, WorkerSpec
+from groundplan.config import PlannerSpec
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.core.validation import validate_instruction
 from groundplan.envs import ENVS
-from groundplan.envs.base import Env
-from groundplan.factory import make_env, make_planner
+from groundplan.envs.base import StartStateError
+from groundplan.factory import make_planner
 from groundplan.grounding.base import Affordance
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import Planner
-from groundplan.rollout.episode import run_episode
+from groundplan.rollout.runner import EpisodeSpec
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.errors import SessionConflictError
 from groundplan.serve.sessions import SessionRecord, SessionStore
@@ -117,6 +120,9 @@ class PlannerService:
         for label in self.labels:
             config.planner_spec(label)
         self._skills: dict[str, list[str]] = {}
+        self._workers: dict[str, EpisodeWorker] = {}
+        self._tasks: dict[str, dict[str, Task]] = {}
+        self._build_lock = threading.Lock()
         self._live: OrderedDict[str, tuple[int, Planner, threading.Lock]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -124,23 +130,12 @@ class PlannerService:
     def _label(self, planner: str | None) -> str:
         label = planner or self.labels[0]
         self.config.planner_spec(label)  # unknown → UnknownNameError naming the served ones
-        if label not in self.labels:
-            raise InvalidInputError(f"planner '{label}' is served by another deployment, not this one")
+        self._serves(label)
         return label
 
-    def _instruction(self, text: str) -> str:
-        return validate_instruction(text, self.config.limits.max_instruction_chars)
-
-    def _max_steps(self, requested: int | None) -> int:
-        """The episode's step cap: the request's, which may not exceed the server's ``limits.max_steps``
-        (a ceiling, refused rather than clamped so the caller knows it got fewer steps than asked)."""
-        limit = self.config.limits.max_steps
-        if requested is None:
-            return limit
-        if requested > limit:
-            raise InvalidInputError(f"max_steps is {requested}; this server's limit is {limit} (limits.max_steps): "
-                                    f"ask for at most {limit}, or omit max_steps to get {limit}")
-        return int(requested)
+    def _serves(self, label: str) -> None:
+        if label not in self.labels:
+            raise InvalidInputError(f"planner '{label}' is served by another deployment, not this one")
 
     def _check_skills(self, skills: Sequence[str], where: str) -> list[str]:
         """A skill set from a client (session creation or a step's observation): within
@@ -155,44 +150,61 @@ class PlannerService:
             raise InvalidInputError(f"{where}: skills must be non-empty labels")
         return list(skills)
 
+    def _worker(self, env_name: str) -> EpisodeWorker:
+        """The episode worker of an env: its envs are built as concurrent requests need them, up to the
+        deployment's ``max_ongoing_requests``, and reused, as are the planners each env's runner builds."""
+        with self._build_lock:
+            worker = self._workers.get(env_name)
+            if worker is None:
+                cfg = self.config
+                spec = WorkerSpec(env=cfg.env_spec(env_name), max_steps=cfg.limits.max_steps,
+                                  envs=cfg.planner.max_ongoing_requests, lm=lambda: self.lm, llm_name=cfg.llm.model,
+                                  envs_on_demand=True, record_frames=False, record_setup_errors=False)
+                worker = self._workers[env_name] = EpisodeWorker(spec)
+            return worker
+
     def env_skills(self, env_name: str) -> list[str]:
         """The env's skill set at reset (cached per env)."""
         if env_name not in self._skills:
-            env = make_env(self.config.env_spec(env_name))
             task = Task(task_id="serve-skills", instruction="list skills", family="serve", goal=None)
-            self._skills[env_name] = list(env.reset(task, 0).skills)
+            with self._worker(env_name).borrow() as slot:
+                self._skills[env_name] = list(slot.env.reset(task, 0).skills)
         return self._skills[env_name]
 
+    def _task(self, job: PlanJob) -> Task:
+        """The episode's task: the env's task ``job.task_id`` (with the request's instruction and start state
+        when given), or an ad-hoc instruction without a goal."""
+        if not job.task_id:
+            return Task(task_id="serve", instruction=job.instruction or "", family="serve", goal=None,
+                        start_state=job.start_state)
+        if job.env not in self._tasks:
+            with self._worker(job.env).borrow() as slot:
+                self._tasks[job.env] = {t.task_id: t for t in slot.env.tasks()}
+        task = self._tasks[job.env].get(job.task_id)
+        if task is None:
+            raise InvalidInputError(f"env '{job.env}' has no task '{job.task_id}'")
+        return Task(task.task_id, job.instruction or task.instruction, task.family, task.goal,
+                    task.start_state if job.start_state is None else job.start_state, task.reference_plan,
+                    task.metadata)
+
     # ------------------------------------------------------------------ /v1/plan
-    def plan(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run one whole episode in the simulator; returns the trace as a dict. Everything the request
-        names is checked before the episode starts, so bad input is an error, never a failed trace."""
-        label = self._label(request.get("planner"))
-        max_steps = self._max_steps(request.get("max_steps"))
-        env_spec = self.config.env_spec(request.get("env") or "kitchen")
-        start_state = _start_state(ENVS.get(env_spec.name), request.get("start_state"))  # before any env is built
-        env = make_env(env_spec)
-        task_id = request.get("task_id")
-        if task_id:
-            matches = [t for t in env.tasks() if t.task_id == task_id]
-            if not matches:
-                raise InvalidInputError(f"env '{env_spec.name}' has no task '{task_id}'")
-            task = matches[0]
-            instruction = self._instruction(request["instruction"]) if request.get("instruction") else task.instruction
-            task = Task(task.task_id, instruction, task.family, task.goal,
-                        task.start_state if start_state is None else start_state, task.reference_plan, task.metadata)
-        else:
-            task = Task(task_id="serve", instruction=self._instruction(request.get("instruction", "")), family="serve",
-                        goal=None, start_state=start_state)
-        planner = make_planner(self.config.planner_spec(label), self.lm, max_steps)
-        trace = run_episode(planner, env, task, int(request.get("seed", 0)), max_steps=max_steps,
-                            llm_name=self.config.llm.model)
+    def plan(self, job: PlanJob | Mapping[str, Any]) -> dict[str, Any]:
+        """Run one whole episode in the simulator on a pooled env and planner; returns the trace as a dict,
+        with the plan. A request is checked once, by :func:`resolve_plan` (the API does it before routing
+        the job here; a mapping is resolved here), so bad input is an error, never a failed trace."""
+        if not isinstance(job, PlanJob):
+            job = resolve_plan(self.config, job)
+        self._serves(job.planner.display)
+        task = self._task(job)
+        spec = EpisodeSpec(job.planner, task, job.seed, episode_id="", max_steps=job.max_steps)
+        trace = self._worker(job.env).run(spec).trace
         out = trace.to_dict()
         for step in out["steps"]:
             step["candidates"] = [{k: _finite(v) if isinstance(v, float) else v for k, v in c.items()}
                                   for c in step["candidates"]]
         if task.goal is None:
             out["execution_success"] = None
+        out["plan"] = trace.plan
         return out
 
     # ------------------------------------------------------------------ sessions
@@ -228,7 +240,7 @@ class PlannerService:
 
     def create_session(self, request: dict[str, Any]) -> dict[str, Any]:
         label = self._label(request.get("planner"))
-        instruction = self._instruction(request.get("instruction", ""))
+        instruction = validate_instruction(request.get("instruction", ""), self.config.limits.max_instruction_chars)
         env_name = request.get("env") or "kitchen"
         self.config.env_spec(env_name)
         given = request.get("skills")  # [] is refused by _check_skills, never read as "the env's"
@@ -288,17 +300,49 @@ class PlannerService:
             self._live.clear()
 
 
-def _start_state(env_class: type[Env], data: Any) -> dict[str, Any] | None:
-    """A request's ``start_state``, validated by the env's own parser (the one task files use: the schema,
-    then what needs the env's data) from the env class alone, so a bad one is refused naming the field
-    before any env is built (the API already answered 422 for a schema error; this keeps the service
-    safe for any other caller); None when none was given."""
-    if data is None:
-        return None
-    try:
-        return env_class.parse_start_state(data)
-    except InvalidInputError as exc:
-        raise InvalidInputError(f"start_state: {exc}") from None
+@dataclass(frozen=True)
+class PlanJob:
+    """A ``/v1/plan`` request that :func:`resolve_plan` checked: what a planner replica runs."""
+
+    planner: PlannerSpec
+    env: str
+    max_steps: int
+    seed: int = 0
+    task_id: str | None = None
+    instruction: str | None = None
+    start_state: dict[str, Any] | None = None
+
+
+def resolve_plan(config: ServeConfig, request: Mapping[str, Any]) -> PlanJob:
+    """Every check of a ``/v1/plan`` request that needs no env, once, before anything runs: the planner
+    label, the step cap, the env, the start state and the instruction (the task id needs the env's task
+    list and is looked up where the env lives).
+
+    ``max_steps`` may lower the server's ``limits.max_steps``, never raise it (refused rather than clamped,
+    so the caller knows it got fewer steps than asked). The start state goes through its env's own parser
+    (the one task files use: the schema, then what needs the env's data) from the env class alone; a
+    schema error is a :class:`StartStateError` naming each field (the API answers 422 with their paths)."""
+    spec = config.planner_spec(request.get("planner") or config.planners[0].display)
+    limit = config.limits.max_steps
+    requested = request.get("max_steps")
+    if requested is not None and requested > limit:
+        raise InvalidInputError(f"max_steps is {requested}; this server's limit is {limit} (limits.max_steps): "
+                                f"ask for at most {limit}, or omit max_steps to get {limit}")
+    env = config.env_spec(request.get("env") or "kitchen").name
+    start_state = None
+    if request.get("start_state") is not None:
+        try:
+            start_state = ENVS.get(env).parse_start_state(request["start_state"])
+        except StartStateError:
+            raise
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"start_state: {exc}") from None
+    task_id = request.get("task_id") or None
+    instruction = request.get("instruction")
+    if instruction or task_id is None:
+        instruction = validate_instruction(instruction or "", config.limits.max_instruction_chars)
+    return PlanJob(spec, env, limit if requested is None else int(requested), int(request.get("seed", 0)), task_id,
+                   instruction or None, start_state)
 
 
 def local_store(config: ServeConfig) -> SessionStore:
