@@ -10,9 +10,13 @@ start state against its own env's model (422 naming the field).
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Annotated, Any, Sequence, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, create_model
+
+from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 
 def _json_integer(value: Any) -> Any:
@@ -114,44 +118,31 @@ class TraceCandidateOut(CandidateOut):
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
-class StepOut(BaseModel):
-    """One step of the trace (:class:`~groundplan.rollout.traces.StepTrace`)."""
+def model_of(cls: type, name: str, **types: Any) -> type[BaseModel]:
+    """A response model with the fields of dataclass ``cls`` (its types and defaults; ``types`` replaces a
+    field's type or adds a required field), so the API documents a trace without a second list of its
+    fields."""
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        default: Any = ...
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = Field(default_factory=f.default_factory)
+        fields[f.name] = (types.pop(f.name, hints[f.name]), default)
+    fields.update({k: (t, ...) for k, t in types.items()})
+    return create_model(name, __doc__=cls.__doc__, **fields)
 
-    index: int
-    chosen: str
-    done: bool
-    success: bool | None = None
-    feedback: str = ""
-    prompt_delta: str = ""
-    candidates: list[TraceCandidateOut] = Field(default_factory=list)
-    info: dict[str, Any] = Field(default_factory=dict, description="what the planner and the env noted at this step")
-    timings: dict[str, float] = Field(default_factory=dict, description="milliseconds per part of the step")
 
-
-class PlanResponse(BaseModel):
-    """The episode's trace (:class:`~groundplan.rollout.traces.EpisodeTrace`, as written to traces.jsonl),
-    once, with the plan it executed."""
-
-    episode_id: str
-    planner: str
-    env: str
-    task_id: str
-    family: str
-    instruction: str
-    seed: int
-    llm: str
-    config_hash: str = ""
-    prompt: str = ""
-    steps: list[StepOut]
-    plan: list[str] = Field(description="the chosen skills, done left out")
-    terminated: bool = Field(description="the planner chose done (rather than running out of steps)")
-    execution_success: bool | None = Field(description="goal held at the end (null for an ad-hoc instruction: no goal)")
-    plan_success: bool | None
-    goal_details: dict[str, Any]
-    metrics: dict[str, float]
-    error: str | None
-    wall_s: float
-    oracles: list[dict[str, Any]] | None = Field(description="what the planner reads of the simulator's truth")
+#: one step of the trace (:class:`~groundplan.rollout.traces.StepTrace`), its candidates' non-finite
+#: scores as null
+StepOut = model_of(StepTrace, "StepOut", candidates=list[TraceCandidateOut])
+#: the episode's trace (:class:`~groundplan.rollout.traces.EpisodeTrace`, as written to traces.jsonl), once,
+#: with the plan it executed (the chosen skills, done left out); ``execution_success`` is null for an
+#: ad-hoc instruction, which has no goal
+PlanResponse = model_of(EpisodeTrace, "PlanResponse", steps=list[StepOut], execution_success=bool | None,
+                        plan=list[str])
 
 
 class SessionCreate(_Req):
