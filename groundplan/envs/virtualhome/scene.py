@@ -8,6 +8,7 @@ import collections
 import functools
 import json
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 from groundplan.envs.virtualhome import dataset
@@ -26,13 +27,21 @@ def _scene_cache_path(kind: str) -> Any:
     return cache_dir() / "virtualhome" / f"{kind}-scene{dataset.SCENE}-{version('virtualhome_eval')}.json"
 
 
+#: the same facts for the dataset versions they were derived from, shipped with the package so that a new
+#: machine does not spend ~25 s of simulator runs on them (``python -m groundplan.envs.virtualhome.scene``
+#: writes them for the installed version; a slow test checks they equal a fresh derivation)
+SHIPPED = Path(__file__).resolve().parent / "derived"
+
+
 def _cached_json(kind: str, build: Callable[[], Any]) -> Any:
-    """``build()``'s result, computed once and kept on disk (written atomically)."""
+    """``build()``'s result for the installed dataset: shipped with the package, or computed once and kept
+    on disk (written atomically)."""
     path = _scene_cache_path(kind)
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        pass
+    for candidate in (SHIPPED / path.name, path):
+        try:
+            return json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            pass
     out = build()
     try:
         from groundplan.core.paths import atomic_write_text
@@ -98,3 +107,37 @@ def scene_action_space() -> ActionSpace:
     class of the scene (:func:`scene_classes`) for steps the simulator is asked to judge."""
     extra = [ActionSpace.script_step(line) for p in dataset.load_programs() for line in p.class_script]
     return ActionSpace(scene_objects(), extra, executable_objects=scene_classes())
+
+
+def derive_all() -> dict[str, Any]:
+    """Every fact above derived afresh from the installed dataset (neither the shipped files nor the disk
+    cache read), by file name."""
+    global SHIPPED
+    shipped, SHIPPED = SHIPPED, Path("/nonexistent")
+    import os
+    import tempfile
+
+    before = os.environ.get("GROUNDPLAN_CACHE_DIR")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            os.environ["GROUNDPLAN_CACHE_DIR"] = tmp
+            for fn in (scene_objects, scene_classes, goals_met_at_start):
+                fn.cache_clear()
+            scene_objects(), scene_classes(), goals_met_at_start("class"), goals_met_at_start("id")
+            paths = [_scene_cache_path(k) for k in ("objects", "classes", "goals-met-at-start-class",
+                                                    "goals-met-at-start-id")]
+            return {p.name: json.loads(p.read_text()) for p in paths}
+    finally:
+        SHIPPED = shipped
+        if before is None:
+            os.environ.pop("GROUNDPLAN_CACHE_DIR", None)
+        else:
+            os.environ["GROUNDPLAN_CACHE_DIR"] = before
+        for fn in (scene_objects, scene_classes, goals_met_at_start):
+            fn.cache_clear()
+
+
+if __name__ == "__main__":
+    for name, value in derive_all().items():
+        (SHIPPED / name).write_text(json.dumps(value))
+        logger.warning("wrote %s", SHIPPED / name)
