@@ -31,12 +31,12 @@ from benchmarks.harness import alternating, report, setup_logging  # noqa: E402
 log = logging.getLogger("benchmarks.echo_requests")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="recorded kitchen steps per side per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps-file", default=str(STEPS_FILE), help="bench_peers.py's recorded steps")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     setup_logging()
 
     from groundplan.factory import build_llm

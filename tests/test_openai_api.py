@@ -141,6 +141,28 @@ def test_sampling_goes_through_the_engine(client, lm):
     assert echoed.choices[0].text.startswith(prompt) and echoed.choices[0].logprobs.token_logprobs[0] is None
 
 
+def test_lm_eval_style_requests_take_two_grouped_echo_calls_whatever_the_prompt_count(client, local_backend, monkeypatch):
+    """lm-evaluation-harness's ``local-completions`` scores with token-id prompts, echo, logprobs 1 and
+    max_tokens 1: the prompts' log-probs come from one grouped call and the samples' from one more (a call
+    per text costs a forward pass each), and equal what the max_tokens 0 echo gives."""
+    _, backend = local_backend
+    ids = [backend.lm.tokenizer(PROMPT + o).input_ids for o in OPTIONS]
+    calls = []
+    real = backend.prompt_logprobs
+
+    async def counted(prompts, top_k):
+        calls.append(len(prompts))
+        return await real(prompts, top_k)
+
+    monkeypatch.setattr(backend, "prompt_logprobs", counted)
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0, echo=True, logprobs=1)
+    assert calls == [len(OPTIONS), len(OPTIONS)]
+    plain = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True, logprobs=1)
+    for got, want, toks in zip(r.choices, plain.choices, ids):
+        head = got.logprobs.token_logprobs[:len(toks)]
+        assert head[0] is None and head[1:] == pytest.approx(want.logprobs.token_logprobs[1:], abs=1e-4)
+
+
 @pytest.mark.parametrize("body,code,words", [
     ({"model": "gpt-9", "prompt": "x", "max_tokens": 0}, 400, "unknown model 'gpt-9'"),
     ({"model": MODEL, "prompt": "x", "logprobs": 6}, 400, "the most is 5"),

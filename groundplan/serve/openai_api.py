@@ -211,22 +211,28 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
         params = {"n": n, "temperature": 1.0 if req.temperature is None else req.temperature,
                   "top_p": 1.0 if req.top_p is None else req.top_p, "max_new_tokens": max_tokens, "stop": tuple(stops),
                   "seed": req.seed, "repetition_penalty": req.repetition_penalty or 1.0}
-        texts = await _texts(backend, prompts)
-        counts = await _counts(backend, prompts, can_logprob)
+        # the prompts' own log-probs (echo) and the token-id prompts' texts come from one grouped call, and every
+        # sample's log-probs from one more: calls of one text each would cost a forward pass per text
+        # (lm-evaluation-harness's local-completions sends echo with max_tokens 1 for every request it scores)
+        echo = bool(req.echo and k is not None)
+        need_heads = can_logprob and (echo or any(not isinstance(p, str) for p in prompts))
+        heads = await backend.prompt_logprobs(prompts, k if echo else 0) if need_heads else None
+        texts = [h.text for h in heads] if heads else await _texts(backend, prompts)
+        counts = [len(h.token_ids) for h in heads] if heads else await _counts(backend, prompts, can_logprob)
         prompt_tokens = sum(counts)
         samples = await asyncio.gather(*(backend.generate(t, params) for t in texts))
-        for prompt, text, gens in zip(prompts, texts, samples):
-            head = (await backend.prompt_logprobs([prompt], k))[0] if (req.echo and k is not None) else None
-            tails = await backend.prompt_logprobs([text + g["text"] for g in gens], k) if k is not None else None
-            for j, g in enumerate(gens):
+        tails = iter(await backend.prompt_logprobs([t + g["text"] for t, gens in zip(texts, samples) for g in gens], k)
+                     if k is not None else [])
+        for i, (text, gens) in enumerate(zip(texts, samples)):
+            for g in gens:
                 completion_tokens += int(g["num_tokens"])
                 lp = None
                 if k is not None:
-                    tail = tails[j]  # type: ignore[index]
+                    tail = next(tails)
                     first = option_start(len(text), len(tail.text), tail.tokens, tail.offsets) if g["text"] else None
                     lp = _logprobs(tail, len(tail.tokens) if first is None else first, k)
-                    if head is not None:
-                        lp = _join(_logprobs(head, 0, k), lp)
+                    if echo:
+                        lp = _join(_logprobs(heads[i], 0, k), lp)  # type: ignore[index]
                 choices.append({"index": len(choices), "text": (text if req.echo else "") + g["text"], "logprobs": lp,
                                 "finish_reason": g["finish_reason"]})
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": served,
