@@ -1,7 +1,9 @@
-"""The planning logic behind the API, with no Ray and no HTTP: the same factory and episode runner as
-``groundplan eval`` (:func:`groundplan.factory.make_planner`, :func:`groundplan.rollout.episode.run_episode`).
+"""The planning logic behind the API, with no Ray and no HTTP: the same episode worker as ``groundplan eval``
+(:class:`~groundplan.actors.worker.EpisodeWorker`, its envs and planners kept between requests) and the same
+factory for session planners (:func:`groundplan.factory.make_planner`).
 
-:class:`PlannerService` runs whole episodes (``/v1/plan``) and closed-loop sessions (``/v1/sessions``);
+:func:`resolve_plan` checks a ``/v1/plan`` request once, before it is routed; :class:`PlannerService` runs
+whole episodes (``/v1/plan``) and closed-loop sessions (``/v1/sessions``);
 :class:`ServeScorer` is the one scorer host (:class:`~groundplan.actors.scorer.LLMScorer`, eval's scorer
 too) configured from the serve config, with the API's limits and response shapes. The Serve deployments
 and the in-process backend (``--local``, tests) both wrap these classes, so there is one copy of the logic.
