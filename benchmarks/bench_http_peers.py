@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     path = Path(args.steps_file)
     if not path.exists():
         raise SystemExit(f"{path} is missing: run benchmarks/bench_peers.py once to record the steps")
-    steps, meta = load_steps(path)
+    steps, _ = load_steps(path)
     pairs = [(s.prompt, o) for s in steps[: args.steps] for o in s.options]
 
     from groundplan.factory import build_llm

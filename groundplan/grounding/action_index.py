@@ -172,15 +172,10 @@ class ActionIndex:
         self.matrix_t = torch.from_numpy(self.matrix)
         self.position = {label: i for i, label in enumerate(self.labels)}
 
-    def label_mask(self, admissible: Any) -> np.ndarray | None:
-        """An ``Observation.admissible`` mask (aligned with the skill list) restricted to ``labels``."""
-        if admissible is None:
-            return None
-        return np.asarray(admissible, dtype=bool)[self.positions]
-
     def ensure(self, admissible: Any) -> np.ndarray | None:
-        """Embed the labels an ``Observation.admissible`` mask allows (all when ``None``) and return the
-        mask restricted to ``labels``; rows it rules out may hold NaN, so callers set them to -inf."""
-        mask = self.label_mask(admissible)
+        """Embed the labels an ``Observation.admissible`` mask (aligned with the skill list) allows, all when
+        ``None``, and return the mask restricted to ``labels``; rows it rules out may hold NaN, so callers
+        set them to -inf."""
+        mask = None if admissible is None else np.asarray(admissible, dtype=bool)[self.positions]
         self._embeddings.ensure(mask)
         return mask

@@ -52,34 +52,44 @@ def _cached_json(kind: str, build: Callable[[], Any]) -> Any:
     return out
 
 
+def _objects_from_dataset() -> dict[str, list[str]]:
+    objects: dict[str, set[str]] = collections.defaultdict(set)
+    for program in dataset.load_programs():
+        for node in dataset.load_init_graph(program.program_id)["nodes"]:
+            if node["category"] not in STRUCTURAL_CATEGORIES:
+                objects[node["class_name"]].update(node["properties"])
+    return {k: sorted(v) for k, v in sorted(objects.items())}
+
+
+def _classes_from_dataset() -> list[str]:
+    classes: set[str] = set()
+    for program in dataset.load_programs():
+        classes.update(node["class_name"] for node in dataset.load_init_graph(program.program_id)["nodes"])
+    return sorted(classes)
+
+
+def _goals_met_from_simulator(goal_match: str) -> list[str]:
+    met = []
+    for program in dataset.load_programs():
+        planner = sim.construct(program.program_id)
+        planner.reset()
+        if sim.check_goals(planner.env_state, program.goal, [], goal_match).success:
+            met.append(program.program_id)
+    return met
+
+
 @functools.lru_cache(maxsize=1)
 def scene_objects() -> dict[str, list[str]]:
     """Object class → properties, over the initial graphs of every program of the scene (the scene's
     furniture plus the objects programs add). Built once (~4 s) and cached on disk."""
-
-    def build() -> dict[str, list[str]]:
-        objects: dict[str, set[str]] = collections.defaultdict(set)
-        for program in dataset.load_programs():
-            for node in dataset.load_init_graph(program.program_id)["nodes"]:
-                if node["category"] not in STRUCTURAL_CATEGORIES:
-                    objects[node["class_name"]].update(node["properties"])
-        return {k: sorted(v) for k, v in sorted(objects.items())}
-
-    return _cached_json("objects", build)
+    return _cached_json("objects", _objects_from_dataset)
 
 
 @functools.lru_cache(maxsize=1)
 def scene_classes() -> list[str]:
     """Every object class of the scene's initial graphs, the character, rooms, walls and floors
     included: what a step may name for the simulator to judge. Built once and cached on disk."""
-
-    def build() -> list[str]:
-        classes: set[str] = set()
-        for program in dataset.load_programs():
-            classes.update(node["class_name"] for node in dataset.load_init_graph(program.program_id)["nodes"])
-        return sorted(classes)
-
-    return _cached_json("classes", build)
+    return _cached_json("classes", _classes_from_dataset)
 
 
 @functools.lru_cache(maxsize=2)
@@ -87,17 +97,8 @@ def goals_met_at_start(goal_match: str = "class") -> frozenset[str]:
     """Ids of the programs whose goal already holds in their initial graph, with no action executed.
     37 of the 342 programs are (e.g. a "Turn on light" whose light is already on). Computed once
     through the simulator (~35 s) and cached on disk."""
-
-    def build() -> list[str]:
-        met = []
-        for program in dataset.load_programs():
-            planner = sim.construct(program.program_id)
-            planner.reset()
-            if sim.check_goals(planner.env_state, program.goal, [], goal_match).success:
-                met.append(program.program_id)
-        return met
-
-    return frozenset(_cached_json(f"goals-met-at-start-{goal_match}", build))
+    return frozenset(_cached_json(f"goals-met-at-start-{goal_match}",
+                                  functools.partial(_goals_met_from_simulator, goal_match)))
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,30 +112,10 @@ def scene_action_space() -> ActionSpace:
 
 def derive_all() -> dict[str, Any]:
     """Every fact above derived afresh from the installed dataset (neither the shipped files nor the disk
-    cache read), by file name."""
-    global SHIPPED
-    shipped, SHIPPED = SHIPPED, Path("/nonexistent")
-    import os
-    import tempfile
-
-    before = os.environ.get("GROUNDPLAN_CACHE_DIR")
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            os.environ["GROUNDPLAN_CACHE_DIR"] = tmp
-            for fn in (scene_objects, scene_classes, goals_met_at_start):
-                fn.cache_clear()
-            scene_objects(), scene_classes(), goals_met_at_start("class"), goals_met_at_start("id")
-            paths = [_scene_cache_path(k) for k in ("objects", "classes", "goals-met-at-start-class",
-                                                    "goals-met-at-start-id")]
-            return {p.name: json.loads(p.read_text()) for p in paths}
-    finally:
-        SHIPPED = shipped
-        if before is None:
-            os.environ.pop("GROUNDPLAN_CACHE_DIR", None)
-        else:
-            os.environ["GROUNDPLAN_CACHE_DIR"] = before
-        for fn in (scene_objects, scene_classes, goals_met_at_start):
-            fn.cache_clear()
+    cache read), by the file name :func:`_cached_json` keeps it under."""
+    facts = {"objects": _objects_from_dataset(), "classes": _classes_from_dataset(),
+             **{f"goals-met-at-start-{m}": _goals_met_from_simulator(m) for m in ("class", "id")}}
+    return {_scene_cache_path(kind).name: value for kind, value in facts.items()}
 
 
 if __name__ == "__main__":
