@@ -25,7 +25,12 @@ copy that groundplan's ``hf`` backend loads), on this machine:
   ``loglikelihood`` of the step's (prompt, option) pairs, ``batch_size="auto"`` capped by
   ``--lmeval-max-batch``; the detection runs once, in the warm-up, and the size it found is kept (lm-eval
   would detect again on every call, 5 extra forwards of the largest batch per step);
-- ``naive``: transformers, one full forward per ``prompt + option`` (``HFLanguageModel.score_reference``).
+- ``naive``: transformers, one full forward per ``prompt + option`` (``HFLanguageModel.score_reference``);
+- ``llamacpp_backend``: groundplan's own optional ``llamacpp`` backend (``LlamaCppLanguageModel.score`` per step,
+  :mod:`groundplan.llm.llamacpp_backend`): groundplan's shared-prefix scoring on llama.cpp's Q4_1 kernels through
+  llama.cpp's sequence ids and KV copy (the prompt once into sequence 0, reusing the previous step's common
+  prefix, as a user runs it; every option a sequence forked from it, all options in one batch), with llama.cpp's
+  own tokenizer at groundplan's boundary, inside the window; n_threads chosen by a trial as the ``llamacpp`` side's.
 
 The last two compute every option as a full ~1,000-token sequence, tens of seconds per 51-option step on a
 2-core CPU, so they score only ``--slow-options`` options per step: groundplan's top ones at that step (the
@@ -39,11 +44,14 @@ options/s over that side's, per round; reported as the geometric mean over round
 the log ratios. Agreement: per side, on how many steps its top option (among the options it scored) is
 groundplan's, and the largest |log-prob sum difference| from groundplan's over every option it scored
 (llama.cpp computes with the Q4_1 weights and 8-bit activations, not float32, so it differs by tenths).
+``ratio_llamacpp_backend_vs_llamacpp`` is the other way round: the ``llamacpp_backend`` side's options/s over the
+``llamacpp`` side's, per round (how much groundplan's scoring idea gains on the same llama.cpp kernels).
 
     python benchmarks/bench_peers.py [--steps 20] [--rounds 2] [--slow-options 4] [--sides ...]
 
 Last line: ``result: ratio_llamacpp=<x> ratio_lmeval=<x> ratio_naive=<x> same_top=<side:k/n,...>
-cpu_flags=<flags>`` (``na`` for a side that did not run).
+cpu_flags=<flags> ratio_llamacpp_backend=<x> ratio_llamacpp_backend_vs_llamacpp=<x>`` (``na`` for a side that
+did not run).
 """
 from __future__ import annotations
 
@@ -67,8 +75,10 @@ from benchmarks.harness import alternating, log_interval, report, setup_logging 
 
 log = logging.getLogger("bench_peers")
 
-SIDES = ("groundplan", "llamacpp", "lmeval", "naive")
+SIDES = ("groundplan", "llamacpp", "lmeval", "naive", "llamacpp_backend")
 PEERS = SIDES[1:]
+#: the peers whose ratio keys come first on the result line (the newer ones are appended after cpu_flags)
+FIRST_PEERS = ("llamacpp", "lmeval", "naive")
 #: the sides that score only ``--slow-options`` options per step
 SLOW = ("lmeval", "naive")
 #: /proc/cpuinfo flags that decide how fast a CPU runs these kernels
@@ -237,10 +247,16 @@ def agreement(reference: Sequence[Sequence[float]], scores: Sequence[Sequence[fl
 
 def result_fields(ratios: dict[str, float | None], agreements: dict[str, Agreement], flags: Sequence[str]) -> dict[str, str]:
     """The last line's fields: each peer's ratio (``na`` when it did not run), the same-top counts of the
-    sides that ran, the CPU flags."""
-    fields = {f"ratio_{p}": ("na" if ratios.get(p) is None else f"{ratios[p]:.3g}") for p in PEERS}
+    sides that ran, the CPU flags; then the keys added later (``llamacpp_backend``'s ratio, and its rate over
+    the ``llamacpp`` side's, ``ratios["llamacpp_backend_vs_llamacpp"]``), so the earlier keys keep their place."""
+    def fmt(key: str) -> str:
+        return "na" if ratios.get(key) is None else f"{ratios[key]:.3g}"
+
+    fields = {f"ratio_{p}": fmt(p) for p in FIRST_PEERS}
     fields["same_top"] = ",".join(f"{p}:{agreements[p].fraction()}" for p in PEERS if p in agreements) or "na"
     fields["cpu_flags"] = ",".join(flags) or "none"
+    for key in [p for p in PEERS if p not in FIRST_PEERS] + ["llamacpp_backend_vs_llamacpp"]:
+        fields[f"ratio_{key}"] = fmt(key)
     return fields
 
 
@@ -377,6 +393,41 @@ def make_llamacpp(lm: Any, steps: Sequence[Step], threads: Sequence[int], trial_
     chosen = best[1]
     by_step = {id(s): t for s, t in zip(steps, toks)}
     return (lambda: timed_pass(steps, chosen.reset, lambda s: chosen.score(*by_step[id(s)]))), chosen.n_threads
+
+
+def make_llamacpp_backend(lm: Any, steps: Sequence[Step], threads: Sequence[int],
+                          trial_options: int) -> tuple[Callable[[], Window], int] | None:
+    """groundplan's ``llamacpp`` backend over the same GGUF with the faster of ``threads`` (the ``llamacpp``
+    side's trial: the first step's prompt's last ``TRIAL_CHARS`` characters, cold, and ``trial_options``
+    options, after a tiny untimed pass), or None (logged) when llama-cpp-python is missing. Its window empties
+    its KV cache at the start, then scores every step with prefix reuse on, as a user runs it."""
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.llm.llamacpp_backend import LlamaCppLanguageModel
+
+    best: tuple[float, Any] | None = None
+    prompt, options = steps[0].prompt[-TRIAL_CHARS:], steps[0].options
+    for n in threads:
+        try:
+            backend = LlamaCppLanguageModel(model=lm.name, n_threads=n)
+        except InvalidInputError as e:
+            log.warning("llamacpp_backend side skipped: %s", e)
+            return None
+        backend.score(prompt[-40:], options[:1])  # touch the weights and build the graphs, untimed
+        backend.reset()
+        t0 = time.perf_counter()
+        backend.score(prompt, options[:trial_options])
+        seconds = time.perf_counter() - t0
+        log.info("llamacpp_backend trial: n_threads=%d scored a %d-character prompt and %d options in %.2f s", n,
+                 len(prompt), trial_options, seconds)
+        if best is None or seconds < best[0]:
+            best = (seconds, backend)
+    assert best is not None
+    chosen = best[1]
+
+    def window() -> Window:
+        return timed_pass(steps, chosen.reset, lambda s: [x.logprob_sum for x in chosen.score(s.prompt, s.options)])
+
+    return window, chosen.n_threads
 
 
 def make_lmeval(lm: Any, steps: Sequence[Step], subsets: Sequence[Sequence[int]], max_batch: int) -> tuple[Callable[[], Window], str] | None:
@@ -535,6 +586,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if made:
                     sides[side] = made[0]
                     settings[side] = f"lm-eval {made[1]}, max_batch_size {args.lmeval_max_batch}, {torch.get_num_threads()} torch threads"
+            elif side == "llamacpp_backend":
+                made = make_llamacpp_backend(lm, steps, args.llamacpp_threads, args.trial_options)
+                if made:
+                    sides[side] = made[0]
+                    settings[side] = (f"groundplan's llamacpp backend, n_threads={made[1]} (fastest of "
+                                      f"{args.llamacpp_threads}), prompt once into sequence 0 with prefix reuse, "
+                                      "options as forked sequences in one batch")
             elif side == "naive":
                 lm.score_reference(steps[0].prompt, steps[0].options[:1])  # warm-up
                 sides[side] = naive_pass
@@ -551,22 +609,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     reference = runs["groundplan"][0].scores
     ratios: dict[str, float | None] = {}
     agreements: dict[str, Agreement] = {}
-    print(f"{'side':<11} {'options/s':>10} {'s/step':>8}  ratio (groundplan/side, 95% CI)   same top   max|diff|  settings")
+    print(f"{'side':<16} {'options/s':>10} {'s/step':>8}  ratio (groundplan/side, 95% CI)   same top   max|diff|  settings")
     for name, windows in runs.items():
         rate = float(np.exp(np.mean([math.log(w.rate) for w in windows])))
         step_s = n_opts / rate
         note = " (extrapolated to 51 options)" if name in SLOW and k < n_opts else ""
         if name == "groundplan":
-            print(f"{name:<11} {rate:>10.2f} {step_s:>8.3f}  {'-':<32} {'-':>8} {'-':>10}  {settings[name]}")
+            print(f"{name:<16} {rate:>10.2f} {step_s:>8.3f}  {'-':<32} {'-':>8} {'-':>10}  {settings[name]}")
             continue
         ratio, lo, hi = ratio_interval(gp_rates, [w.rate for w in windows])
         ratios[name] = ratio
         subs = subsets if name in SLOW else None
         agreements[name] = agreement(reference, windows[0].scores, subs)
         a = agreements[name]
-        print(f"{name:<11} {rate:>10.2f} {step_s:>8.3f}  {ratio:>7.3g}x ({lo:.3g}-{hi:.3g}) per round "
+        print(f"{name:<16} {rate:>10.2f} {step_s:>8.3f}  {ratio:>7.3g}x ({lo:.3g}-{hi:.3g}) per round "
               f"{','.join(f'{g.rate / w.rate:.3g}' for g, w in zip(runs['groundplan'], windows))} "
               f"{a.fraction():>8} {a.max_abs_diff:>10.3g}  {settings[name]}{note}")
+    if "llamacpp_backend" in runs and "llamacpp" in runs:
+        ratio, lo, hi = log_interval([b.rate / p.rate for b, p in zip(runs["llamacpp_backend"], runs["llamacpp"])])
+        ratios["llamacpp_backend_vs_llamacpp"] = ratio
+        print(f"llamacpp_backend over llamacpp (same kernels, groundplan's scoring): {ratio:.3g}x ({lo:.3g}-{hi:.3g}) "
+              f"per round {','.join(f'{b.rate / p.rate:.3g}' for b, p in zip(runs['llamacpp_backend'], runs['llamacpp']))}")
     log.info("rates are geometric means over %d rounds; ratio = groundplan options/s over the side's, per round", args.rounds)
     report(result_fields(ratios, agreements, flags))
 

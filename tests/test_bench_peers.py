@@ -91,7 +91,15 @@ def test_result_line_names_every_peer(bench, load_benchmark):
     fields = bench.result_fields({"llamacpp": 1.234, "naive": 45.67}, {
         "llamacpp": bench.Agreement(20, 20, 0.4), "naive": bench.Agreement(19, 20, 1e-5)}, ["avx", "avx2"])
     assert harness.result_line(fields) == ("result: ratio_llamacpp=1.23 ratio_lmeval=na ratio_naive=45.7 "
-                                           "same_top=llamacpp:20/20,naive:19/20 cpu_flags=avx,avx2")
+                                           "same_top=llamacpp:20/20,naive:19/20 cpu_flags=avx,avx2 "
+                                           "ratio_llamacpp_backend=na ratio_llamacpp_backend_vs_llamacpp=na")
+    # the backend side's keys are appended after the earlier ones, which keep their place
+    both = bench.result_fields({"llamacpp": 2.0, "llamacpp_backend": 1.5, "llamacpp_backend_vs_llamacpp": 1.333},
+                               {"llamacpp": bench.Agreement(18, 20, 0.4), "llamacpp_backend": bench.Agreement(19, 20, 0.3)},
+                               [])
+    assert harness.result_line(both) == ("result: ratio_llamacpp=2 ratio_lmeval=na ratio_naive=na "
+                                         "same_top=llamacpp:18/20,llamacpp_backend:19/20 cpu_flags=none "
+                                         "ratio_llamacpp_backend=1.5 ratio_llamacpp_backend_vs_llamacpp=1.33")
     assert bench.result_fields({}, {}, [])["cpu_flags"] == "none"
 
 

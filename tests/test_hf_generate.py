@@ -10,7 +10,11 @@ import torch
 
 from groundplan.llm.base import GenerationParams
 from groundplan.llm.beam_search import BeamSearchParams, reference_beam_search
-from groundplan.llm.hf_generate import BeamMemo, Sampler, _find_stop, _repetition_penalty, _sample
+from groundplan.llm.hf_generate import BeamMemo, Sampler
+from groundplan.llm.sampling import find_stop as _find_stop
+from groundplan.llm.sampling import finish as _finish
+from groundplan.llm.sampling import repetition_penalty as _repetition_penalty
+from groundplan.llm.sampling import sample as _sample
 from groundplan.llm.hf_kv import KVContext
 from groundplan.llm.hf_stats import EngineStats
 from tests.conftest import tiny_llama_lm
@@ -65,13 +69,18 @@ def test_a_seed_fixes_the_samples(tiny):
 
 def test_finish_cuts_at_the_stop_and_counts_the_tokens_before_it(tiny):
     sampler = _sampler(tiny)
+    eos_ids = sampler.tokens.eos
+
+    def finish(tokens, lps, reason, stop):
+        return _finish(tokens, lps, reason, stop, lambda ids: tiny.tokenizer.decode(ids, skip_special_tokens=True), eos_ids)
+
     tokens = tiny.tokenizer("go home\nnext").input_ids
-    g = sampler.finish(tokens, [-1.0] * (len(tokens) - 1) + [-5.0], "stop", ["\n"])
+    g = finish(tokens, [-1.0] * (len(tokens) - 1) + [-5.0], "stop", ["\n"])
     assert g.text == "go home"
     assert g.num_tokens == len(tiny.tokenizer("go home").input_ids)
     assert g.logprob_mean == -1.0  # the tokens after the stop are not averaged
     eos = next(iter(sampler.tokens.eos))
-    g = sampler.finish(tokens[:2] + [eos], [-1.0, -3.0, -7.0], "stop", [])
+    g = finish(tokens[:2] + [eos], [-1.0, -3.0, -7.0], "stop", [])
     assert (g.num_tokens, g.logprob_mean) == (2, -2.0)  # EOS is not the text's
 
 

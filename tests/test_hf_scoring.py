@@ -95,3 +95,39 @@ def test_option_score_sums_and_normalises():
     s = option_score("x", [-1.0, -2.0, -0.5])
     assert (s.logprob_sum, s.logprob_mean, s.num_tokens) == (-3.5, pytest.approx(-3.5 / 3), 3)
     assert math.isfinite(s.logprob_mean)
+
+
+class _Forwards:
+    """Counts the model's forwards."""
+
+    def __init__(self, model):
+        self.n = 0
+        self.handle = model.register_forward_pre_hook(lambda *_: setattr(self, "n", self.n + 1))
+
+
+@pytest.mark.parametrize("pack", [512, 7])
+def test_a_warm_step_runs_its_prompt_tail_in_the_options_forward(lm, pack):
+    step1, step2 = PROMPT[: PROMPT.index(" 1.")] + " 1.", PROMPT  # the next step's prompt extends the last
+    fused, alone = _scorer(lm, pack), _scorer(lm, pack)
+    alone.fuse_tail = False
+    for s in (fused, alone):
+        s.score(step1, OPTIONS)
+    counter = _Forwards(lm.model)
+    try:
+        got = fused.score(step2, OPTIONS)
+        n_fused = counter.n
+        counter.n = 0
+        want = alone.score(step2, OPTIONS)
+        n_alone = counter.n
+        counter.n = 0
+        again = fused.score(step2, OPTIONS)  # the fused forward cached the whole context
+        n_again = counter.n
+    finally:
+        counter.handle.remove()
+    n_chunks = len(fused.chunks(fused.tokens.split(step2, OPTIONS)[1]))
+    assert (n_fused, n_alone, n_again) == (n_chunks, n_chunks + 1, n_chunks)
+    for a, b, c in zip(got, want, again):
+        assert a.logprob_sum == pytest.approx(b.logprob_sum, abs=TOL) and c.logprob_sum == pytest.approx(b.logprob_sum, abs=TOL)
+        assert a.logprob_sum == pytest.approx(_plain(lm, step2, a.option), abs=TOL)
+    packed_tokens = sum(len(p.segment) for p in fused.tokens.split(step2, OPTIONS)[1])
+    assert fused.stats.forward_tokens - packed_tokens == alone.stats.forward_tokens  # the same tokens, fewer forwards

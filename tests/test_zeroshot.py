@@ -262,3 +262,73 @@ def test_translation_never_picks_an_action_the_scene_does_not_admit():
     decision = planner.next_step(obs)
     assert decision.skill in {"drink coffee", "walk to kitchen"}
     assert all(c.skill != "drink water glass" for c in decision.candidates)
+
+
+def _fail(skill: str):
+    from groundplan.core.types import StepResult
+    return StepResult(False, f"{skill}: failed", _obs())
+
+
+def _ok(skill: str):
+    from groundplan.core.types import StepResult
+    return StepResult(True, f"{skill}: done", _obs())
+
+
+def test_dialog_prompt_reads_no_demonstration_and_done_samples_end_the_plan():
+    lm = SampleLM([[(" [Switch on lamp]", -0.5), (" switch on lamp.", -0.6), ("done", -0.1)],
+                   [(" done.", -0.2), ("done", -0.1), (" grab cup", -0.9)]])
+    planner = make_zeroshot(lm, prompt="saycan_eai", num_samples=3)  # no demonstrations given: none needed
+    decisions = _run(planner)
+    assert planner.example is None and planner.name == "zeroshot-dialog"
+    assert planner.prompt.startswith("The robot answers") and "Human: Turn on lamp\nRobot: 1. switch on lamp, 2." in planner.prompt
+    assert decisions[0].info["samples"] == ["[Switch on lamp]", "switch on lamp", "done"]  # brackets kept, "." cut
+    assert decisions[0].skill == "switch on lamp" and "done" not in [c.extra["sample"] for c in decisions[0].candidates]
+    assert decisions[1].done and decisions[1].info["stop"] == "done_samples"
+    assert lm.generate_calls[0]["stop"] == (",", "\n")
+    with pytest.raises(InvalidInputError, match="unknown prompt"):
+        make_zeroshot(lm, prompt="no_such_prompt")
+
+
+def test_reprompt_takes_a_failed_step_back_and_bars_it_until_a_success():
+    rounds = [[("switch on lamp", -0.1)], [("switch on lamp", -0.1)], [("walk to bedroom", -0.1)],
+              [("switch on lamp", -0.1)]]
+    planner = make_zeroshot(SampleLM(rounds), prompt="saycan_eai", num_samples=1, reprompt_on_failure=True,
+                            repeat_penalty=0.0)
+    planner.reset(TASK, _obs(), seed=0)
+    first = planner.next_step(_obs(), None)
+    opening = planner.prompt[: -len(first.prompt_delta)]
+    again = planner.next_step(_obs(), _fail(first.skill))  # the lamp failed: taken back and barred
+    assert first.skill == "switch on lamp" and again.skill != "switch on lamp"
+    assert again.info["reprompt"] == {"failed": "switch on lamp", "barred": ["switch on lamp"]}
+    assert planner.prompt == opening + again.prompt_delta and planner._history == [again.skill]
+    seeds = [c["seed"] for c in planner.lm.generate_calls]
+    assert seeds[0] != seeds[1]  # sampled again, not the same draw
+    third = planner.next_step(_obs(), _ok(again.skill))  # a success lifts the bar
+    assert third.skill == "walk to bedroom" and "reprompt" not in third.info
+    fourth = planner.next_step(_obs(), _ok(third.skill))
+    assert fourth.skill == "switch on lamp"
+    # without re-prompting the failed step stays in the prompt (the paper's open-loop prompt)
+    plain = make_zeroshot(SampleLM(rounds[:2]), prompt="saycan_eai", num_samples=1, repeat_penalty=0.0)
+    plain.reset(TASK, _obs(), seed=0)
+    d1 = plain.next_step(_obs(), None)
+    d2 = plain.next_step(_obs(), _fail(d1.skill))
+    assert d2.skill == "switch on lamp" and plain._history == ["switch on lamp", "switch on lamp"]
+
+
+def test_reprompt_attempts_count_toward_max_steps_and_an_all_barred_step_ends():
+    planner = make_zeroshot(SampleLM([[("grab cup", -0.1)]] * 5), prompt="saycan_eai", num_samples=1,
+                            reprompt_on_failure=True, max_steps=3, epsilon=None)
+    planner.reset(TASK, _obs(), seed=0)
+    d = planner.next_step(_obs(), None)
+    for _ in range(2):
+        d = planner.next_step(_obs(), _fail(d.skill))
+    assert not d.done
+    end = planner.next_step(_obs(), _fail(d.skill))
+    assert end.done and end.info["stop"] == "max_steps"
+    skills = ["grab cup", "done"]
+    lone = make_zeroshot(SampleLM([[("grab cup", -0.1)]] * 2), prompt="saycan_eai", num_samples=1,
+                         reprompt_on_failure=True, epsilon=None)
+    lone.reset(TASK, Observation(skills=skills), seed=0)
+    d = lone.next_step(Observation(skills=skills), None)
+    end = lone.next_step(Observation(skills=skills), _fail(d.skill))
+    assert end.done and end.info["stop"] == "no_action_left"

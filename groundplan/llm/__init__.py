@@ -10,6 +10,8 @@ LLM_BACKENDS: Registry = Registry("LLM backend")
 LLM_BACKENDS.register_lazy("hf", "groundplan.llm.hf:HFLanguageModel", config="groundplan.llm.options:HFOptions")
 LLM_BACKENDS.register_lazy("openai", "groundplan.llm.openai_backend:OpenAILanguageModel",
                            config="groundplan.llm.options:OpenAIOptions")
+LLM_BACKENDS.register_lazy("llamacpp", "groundplan.llm.llamacpp_backend:LlamaCppLanguageModel",
+                           config="groundplan.llm.llamacpp_backend:LlamaCppOptions")
 
 
 def load_llm(backend: str = "hf", **options: Any) -> LanguageModel:

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.llm.sampling import find_stop
 
 _NEG = -1e9
 
@@ -156,7 +157,7 @@ def _search(first_lp: np.ndarray, step: StepFn, params: BeamSearchParams, eos: s
                     continue
                 hyp = _Hyp(beams[r].tokens + [tok], float(flat[idx]), beams[r].logprob + float(lp[r, tok]))
                 text = decode(hyp.tokens)
-                cut = _find_stop(text, params.stop)
+                cut = find_stop(text, params.stop)
                 if tok in eos or cut >= 0:
                     if rank < gs:  # transformers: only hypotheses among the top G may finish
                         add(g, hyp, text[:cut] if cut >= 0 else decode(hyp.tokens[:-1]), "stop")
@@ -185,11 +186,6 @@ def _search(first_lp: np.ndarray, step: StepFn, params: BeamSearchParams, eos: s
                     add(g, beams[r], decode(beams[r].tokens), "length")
     out = [c for heap in finished for _, _, c in heap]
     return sorted(out, key=lambda c: (c.group, -c.score))
-
-
-def _find_stop(text: str, stop: Sequence[str]) -> int:
-    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return min(hits) if hits else -1
 
 
 # ------------------------------------------------------------------------------------ engines

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import Generation, GenerationParams
 from groundplan.llm.hf_kv import EnginePart
 from groundplan.llm.hf_stats import EngineStats
+from groundplan.llm.sampling import decode_samples, generator
 
 
 class Sampler(EnginePart):
@@ -38,42 +39,18 @@ class Sampler(EnginePart):
         of every token already in the prompt or in the sample is divided by it when positive and
         multiplied by it when negative; Zero-Shot Planners search it over {1.0, 1.2, 1.5, 1.8} for
         Hugging Face models (Appendix A.1)."""
-        kvc, tokenizer, eos = self.kv, self.tokens.tokenizer, self.tokens.eos
-        n, temperature, top_p, max_new_tokens = params.n, params.temperature, params.top_p, params.max_new_tokens
-        stop, seed, repetition_penalty = list(params.stop), params.seed, params.repetition_penalty
+        kvc, tokenizer = self.kv, self.tokens.tokenizer
+        n = params.n
         ctx = self.tokens.encode(prompt)
         if len(ctx) == 0:
             raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
-        gen = torch.Generator(device="cpu")
-        gen.manual_seed(int(seed) if seed is not None else int(torch.seed() % (2**63)))
+        gen = generator(params.seed)
         with self.lock:
             kv, last = kvc.context(ctx)
             past_len = len(ctx)
-            cache = kvc.new_cache(kv, past_len)
-            next_logits = last.unsqueeze(0).expand(n, -1)
-            next_lp = torch.log_softmax(next_logits, dim=-1)
-            seen = None
-            if repetition_penalty != 1.0:
-                seen = torch.zeros(next_logits.shape, dtype=torch.bool, device=next_logits.device)
-                seen[:, torch.as_tensor(np.unique(ctx), device=seen.device)] = True
-            tokens: list[list[int]] = [[] for _ in range(n)]
-            lps: list[list[float]] = [[] for _ in range(n)]
-            finished: list[str | None] = [None] * n
-            for t in range(max_new_tokens):
-                if seen is None:
-                    chosen = _sample(next_lp, temperature, top_p, gen)
-                else:
-                    penalised = _repetition_penalty(next_logits, seen, repetition_penalty)
-                    chosen = _sample(torch.log_softmax(penalised, dim=-1), temperature, top_p, gen)
-                    seen[torch.arange(n, device=seen.device), torch.as_tensor(chosen, device=seen.device)] = True
-                for j in range(n):
-                    if finished[j] is None:
-                        tokens[j].append(chosen[j])
-                        lps[j].append(float(next_lp[j, chosen[j]]))
-                        if chosen[j] in eos or _find_stop(tokenizer.decode(tokens[j], skip_special_tokens=True), stop) >= 0:
-                            finished[j] = "stop"
-                if all(f is not None for f in finished) or t == max_new_tokens - 1:
-                    break
+            state = {"cache": kvc.new_cache(kv, past_len)}
+
+            def advance(chosen: list[int], t: int, live: list[int]) -> torch.Tensor:
                 ids = torch.as_tensor(chosen, device=kvc.device).unsqueeze(0)
                 positions = torch.full((1, n), past_len + t, device=kvc.device)
                 # cached generated columns are step-major (step t', sample j'); sample j sees j' == j
@@ -81,30 +58,13 @@ class Sampler(EnginePart):
                 q_seg = np.arange(n)
                 allowed = np.concatenate([np.ones((n, past_len), dtype=bool), q_seg[:, None] == seg[None, :]], axis=1)
                 out = kvc.model(input_ids=ids, position_ids=positions, attention_mask=kvc.mask_tensor(allowed),
-                                past_key_values=cache, use_cache=True)
-                cache = out.past_key_values
-                next_logits = out.logits[0].float()
-                next_lp = torch.log_softmax(next_logits, dim=-1)
+                                past_key_values=state["cache"], use_cache=True)
+                state["cache"] = out.past_key_values
                 self.stats.forward_tokens += n
-        return [self.finish(tokens[j], lps[j], finished[j] or "length", stop) for j in range(n)]
+                return out.logits[0].float()
 
-    def finish(self, tokens: list[int], lps: list[float], reason: str, stop: list[str]) -> Generation:
-        """A sample's text cut at its first stop string, its token count (the tokens wholly before the
-        stop, EOS not counted) and the mean log-prob of those tokens."""
-        tokenizer, eos = self.tokens.tokenizer, self.tokens.eos
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
-        cut = _find_stop(text, stop)
-        keep = len(tokens)
-        if tokens and tokens[-1] in eos:
-            keep -= 1
-        if cut >= 0:
-            text = text[:cut]
-            # count the tokens that lie wholly before the stop string (as OpenAI-style APIs do)
-            keep = 0
-            while keep < len(tokens) and len(tokenizer.decode(tokens[: keep + 1], skip_special_tokens=True)) <= cut:
-                keep += 1
-        used = lps[:keep] if keep else lps[:1]
-        return Generation(text=text, logprob_mean=float(np.mean(used)) if used else 0.0, num_tokens=keep, finish_reason=reason)
+            return decode_samples(last, ctx, params, gen, advance,
+                                  lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos)
 
 
 class BeamMemo:
@@ -143,28 +103,3 @@ class BeamMemo:
             while len(self.entries) > self.size:
                 self.entries.popitem(last=False)
         return out
-
-
-def _find_stop(text: str, stop: Sequence[str]) -> int:
-    hits = [i for i in (text.find(s) for s in stop) if i >= 0]
-    return min(hits) if hits else -1
-
-
-def _repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Hugging Face's ``RepetitionPenaltyLogitsProcessor`` on [n, V] logits with a [n, V] seen mask."""
-    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
-
-
-def _sample(logprobs: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> list[int]:
-    """Greedy (T=0) or temperature + nucleus (top-p) sampling from [n, V] log-probs."""
-    if temperature == 0:
-        return logprobs.argmax(dim=-1).tolist()
-    probs = torch.softmax(logprobs / temperature, dim=-1).cpu()
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        cum = sorted_p.cumsum(dim=-1)
-        drop = (cum - sorted_p) >= top_p  # keep the smallest set whose mass reaches top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
-    return torch.multinomial(probs, 1, generator=gen).squeeze(1).tolist()

@@ -120,14 +120,14 @@ class KVContext:
                 return torch.device(f"cuda:{dev}" if isinstance(dev, int) else dev)
         return self.device
 
-    def context(self, ctx: np.ndarray) -> tuple[KV, torch.Tensor]:
-        """Key/values of ``ctx`` and the (raw) logits of the token after it, reusing the prefix cache.
-
-        At least the last context token is recomputed unless an entry matches ``ctx`` exactly, since
-        partial entries hold no logits at the match point."""
+    def begin(self, ctx: np.ndarray) -> tuple[KV, int, torch.Tensor | None]:
+        """Buffers holding the longest cached prefix of ``ctx``: ``(kv, m, last)`` with ``ctx[:m]``'s keys/values
+        in ``kv`` (room for ``max_pack_tokens`` more after ``ctx``) and, on an exact hit, the raw logits of the
+        token after ``ctx`` (``m == len(ctx)``); otherwise ``last`` is None and ``ctx[m:]`` still has to run
+        (``m < len(ctx)``: at least the last token runs, since partial entries hold no logits at the match point)."""
         entry, m = self.cache.lookup(ctx)
         if entry is not None and m == len(ctx) == len(entry):
-            return entry.kv, entry.last_logits
+            return entry.kv, len(ctx), entry.last_logits
         m = min(m, len(ctx) - 1)
         # fresh buffers with headroom for the option packs (or samples) that will follow this context
         kv = self.empty_buffers(len(ctx) + self.max_pack_tokens)
@@ -137,22 +137,41 @@ class KVContext:
                 v[:, :, :m] = ev[:, :, :m]
         else:
             m = 0
+        return kv, m, None
+
+    def finish(self, ctx: np.ndarray, cache: Any, last: torch.Tensor) -> KV:
+        """Cache ``ctx`` once a forward has written its last keys/values into ``cache``'s layers; returns its
+        buffers (a layer may have grown them)."""
+        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+        self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logits=last))
+        return kv
+
+    def context(self, ctx: np.ndarray) -> tuple[KV, torch.Tensor]:
+        """Key/values of ``ctx`` and the (raw) logits of the token after it, reusing the prefix cache
+        (:meth:`begin`) and running what it does not hold."""
+        kv, m, last = self.begin(ctx)
+        if last is not None:
+            return kv, last
         new = torch.as_tensor(ctx[m:], device=self.device).unsqueeze(0)
         positions = torch.arange(m, len(ctx), device=self.device).unsqueeze(0)
         cache = self.new_cache(kv, m)
         out = self.model(input_ids=new, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
         self.stats.forward_tokens += len(ctx) - m
         self.stats.logit_positions += 1
-        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]  # a layer may have grown its buffers
         last = out.logits[0, -1].float()
-        self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logits=last))
-        return kv, last
+        return self.finish(ctx, cache, last), last
 
-    def packed_mask(self, seg_ids: np.ndarray, past_len: int) -> torch.Tensor:
-        """[1, 1, Q, past+Q] mask: all cached columns, plus causal attention within one's own segment."""
+    def packed_mask(self, seg_ids: np.ndarray, past_len: int, tail: int = 0) -> torch.Tensor:
+        """[1, 1, Q, past+Q] mask: all cached columns, plus causal attention within one's own segment. With
+        ``tail`` > 0 the first ``tail`` rows are the context's own last tokens, computed in the same forward:
+        they attend causally among themselves (and to no segment), and every segment row sees all of them."""
         q = len(seg_ids)
         idx = np.arange(q)
         own = (seg_ids[:, None] == seg_ids[None, :]) & (idx[None, :] <= idx[:, None])
+        if tail:
+            own[:tail] = False
+            own[:tail, :tail] = np.tri(tail, dtype=bool)
+            own[tail:, :tail] = True
         return self.mask_tensor(np.concatenate([np.ones((q, past_len), dtype=bool), own], axis=1))
 
     def mask_tensor(self, allowed: np.ndarray) -> torch.Tensor:

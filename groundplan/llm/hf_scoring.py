@@ -9,6 +9,13 @@ Position ids restart after the prompt for every option, so each option is comput
 the pack and the cached prefix's length change the float32 reduction order (differences of about 1e-5 in
 log p, tested at 1e-3). Vocabulary logits are computed only at the positions that predict an option
 token. :meth:`PackedScorer.score_reference` is the naive baseline (one full forward per option).
+
+One forward per step: when the prefix cache holds all of the prompt but a short tail (a SayCan step after
+the previous one: the chosen skill and the next step number, ~10 tokens), the tail runs in the same forward
+as the first pack of options, its rows first (causal among themselves), every option row seeing them
+(``fuse_tail``). On a CPU each forward streams every weight once, so the tail's own forward cost as much
+as a tenth of a warm step; its logits and keys/values are the same function as before (float reduction
+order aside, as above).
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import torch
 
 from groundplan.llm.base import OptionScore
 from groundplan.llm.hf_kv import KV, EnginePart
-from groundplan.llm.hf_tokens import OptionPlan
+from groundplan.llm.hf_tokens import OptionPlan, pack_chunks
 
 #: (ids, log-probs) of the most likely tokens at one scored position
 Top = tuple[np.ndarray, np.ndarray]
@@ -34,7 +41,9 @@ class Prepared:
     plans: list[OptionPlan]
     kv: KV
     past_len: int
-    last: torch.Tensor  # log-probs of the token after the context
+    last: torch.Tensor | None  # log-probs of the token after the context (None while ``pending`` runs)
+    ctx: np.ndarray | None = None  # the context's tokens, kept while ``pending`` runs
+    pending: int = 0  # context tokens not computed yet: they run with the first pack (``fuse_tail``)
 
     @property
     def pack_tokens(self) -> int:
@@ -47,18 +56,33 @@ def option_score(option: str, lps: list[float]) -> OptionScore:
     return OptionScore(option=option, logprob_sum=total, logprob_mean=total / len(lps), num_tokens=len(lps))
 
 
+#: the longest context tail computed in the options' forward (``fuse_tail``); a longer one (a cold prompt) runs
+#: alone, on the model's causal path, whose attention skips the masked half
+FUSE_TAIL_MAX = 64
+
+
 class PackedScorer(EnginePart):
     """Scores one request's options packed after its cached context (see the module doc).
 
     Built with the engine's parts (:class:`~groundplan.llm.hf_kv.EnginePart`).
     """
 
-    def prepare(self, prompt: str, options: Sequence[str]) -> Prepared:
-        """Tokenise a request at the option boundary and compute (or find cached) its shared context."""
+    #: run a short uncached context tail in the first options' forward (one forward per warm step)
+    fuse_tail: bool = True
+
+    def prepare(self, prompt: str, options: Sequence[str], fuse: bool = False) -> Prepared:
+        """Tokenise a request at the option boundary and compute (or find cached) its shared context; with
+        ``fuse``, a context that extends a cached prefix by at most :data:`FUSE_TAIL_MAX` tokens leaves them to
+        :meth:`packed` (a context with nothing cached runs alone, so a cold step's scores stay those of a
+        re-scored warm one, bit for bit)."""
         options = list(options)
         ctx, plans, _ = self.tokens.split(prompt, options)
-        kv, last_logits = self.kv.context(ctx)
-        return Prepared(options, plans, kv, len(ctx), torch.log_softmax(last_logits, dim=-1))
+        kv, m, last = self.kv.begin(ctx)
+        if last is None and fuse and 0 < m and len(ctx) - m <= FUSE_TAIL_MAX:
+            return Prepared(options, plans, kv, len(ctx), None, ctx, len(ctx) - m)
+        if last is None:
+            kv, last = self.kv.context(ctx)
+        return Prepared(options, plans, kv, len(ctx), torch.log_softmax(last, dim=-1))
 
     def first_token_lps(self, pr: Prepared) -> list[list[float]]:
         """Each option's log-prob list, started with its first token when the context's cached
@@ -68,17 +92,7 @@ class PackedScorer(EnginePart):
     def chunks(self, plans: list[OptionPlan]) -> list[list[int]]:
         """Option indices grouped into packs of at most ``max_pack_tokens`` tokens (an option longer
         than that is a pack of its own)."""
-        chunks, cur, size = [], [], 0
-        for i, p in enumerate(plans):
-            n = len(p.segment)
-            if cur and size + n > self.kv.max_pack_tokens:
-                chunks.append(cur)
-                cur, size = [], 0
-            cur.append(i)
-            size += n
-        if cur:
-            chunks.append(cur)
-        return chunks
+        return pack_chunks([len(p.segment) for p in plans], self.kv.max_pack_tokens)
 
     def score_packed(self, pr: Prepared) -> list[list[float]]:
         """Token log-probs of one request's options: packed after its context, one forward per chunk."""
@@ -87,61 +101,92 @@ class PackedScorer(EnginePart):
     def packed(self, pr: Prepared, top_k: int = 0) -> tuple[list[list[float]], list[list[Top]]]:
         """:meth:`score_packed`, and with ``top_k`` > 0 also the ``top_k`` most likely tokens (ids,
         log-probs) at every scored position of every option."""
-        kvc = self.kv
-        plans, kv, past_len = pr.plans, pr.kv, pr.past_len
-        token_lps = self.first_token_lps(pr)
+        plans = pr.plans
+        token_lps: list[list[float]] = []
         tops: list[list[Top]] = [[] for _ in plans]
-        if top_k:
-            first_v, first_i = pr.last.topk(top_k)
-            first = (first_i.cpu().numpy(), first_v.float().cpu().numpy())
-            for p, t in zip(plans, tops):
-                if p.scored_from == 0:
-                    t.append(first)
-        for chunk in self.chunks(plans):
-            ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
-            start = 0
-            for i in chunk:
-                seg, s0 = plans[i].segment, plans[i].scored_from
-                ids.append(seg)
-                seg_ids.append(np.full(len(seg), i))
-                pos.append(np.arange(past_len, past_len + len(seg)))
-                for j in range(max(s0, 1), len(seg)):
-                    keep.append(start + j - 1)
-                    targets.append(seg[j])
-                    owners.append(i)
-                start += len(seg)
-            seg_arr = np.concatenate(seg_ids)
-            if keep:
-                input_ids = torch.as_tensor(np.concatenate(ids), device=kvc.device).unsqueeze(0)
-                position_ids = torch.as_tensor(np.concatenate(pos), device=kvc.device).unsqueeze(0)
-                keep_t = torch.as_tensor(keep, device=kvc.device)
-                out = kvc.model(
-                    input_ids=input_ids,
-                    position_ids=position_ids,
-                    attention_mask=kvc.packed_mask(seg_arr, past_len),
-                    past_key_values=kvc.new_cache(kv, past_len),
-                    use_cache=True,
-                    logits_to_keep=keep_t,
-                )
-                lp = torch.log_softmax(out.logits[0].float(), dim=-1)
-                picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
-                for owner, value in zip(owners, picked):
-                    token_lps[owner].append(value)
+        chunks = self.chunks(plans) or [[]]
+        for n, chunk in enumerate(chunks):
+            pack = self.pack(pr, chunk)
+            tail = pr.pending if n == 0 else 0
+            lp = self.forward(pr, pack, tail) if (pack[3] or tail) else None
+            if n == 0:  # the context's next-token log-probs exist now: every option's first token
+                token_lps = self.first_token_lps(pr)
                 if top_k:
-                    tv, ti = lp.topk(top_k, dim=-1)
-                    tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
-                    for row, owner in enumerate(owners):
-                        tops[owner].append((ti[row], tv[row]))
-                self.stats.forward_tokens += len(seg_arr)
-                self.stats.logit_positions += len(keep)
+                    first_v, first_i = pr.last.topk(top_k)
+                    first = (first_i.cpu().numpy(), first_v.float().cpu().numpy())
+                    for p, t in zip(plans, tops):
+                        if p.scored_from == 0:
+                            t.append(first)
+            if lp is None:
+                continue
+            targets, owners = pack[4], pack[5]
+            picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+            for owner, value in zip(owners, picked):
+                token_lps[owner].append(value)
+            if top_k:
+                tv, ti = lp.topk(top_k, dim=-1)
+                tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
+                for row, owner in enumerate(owners):
+                    tops[owner].append((ti[row], tv[row]))
         return token_lps, tops
+
+    @staticmethod
+    def pack(pr: Prepared, chunk: list[int]) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], list[int], list[int], list[int]]:
+        """One pack's inputs: token ids, segment ids and positions per option, and for every scored token
+        the pack row whose logits predict it, the token and the option it belongs to."""
+        ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
+        start = 0
+        for i in chunk:
+            seg, s0 = pr.plans[i].segment, pr.plans[i].scored_from
+            ids.append(seg)
+            seg_ids.append(np.full(len(seg), i))
+            pos.append(np.arange(pr.past_len, pr.past_len + len(seg)))
+            for j in range(max(s0, 1), len(seg)):
+                keep.append(start + j - 1)
+                targets.append(seg[j])
+                owners.append(i)
+            start += len(seg)
+        seg_arr = np.concatenate(seg_ids) if seg_ids else np.zeros(0, dtype=np.int64)
+        return ids, seg_arr, pos, keep, targets, owners
+
+    def forward(self, pr: Prepared, pack: tuple, tail: int) -> torch.Tensor | None:
+        """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
+        first in the same forward (rows before the pack), which completes and caches the context and sets
+        ``pr.last``. Returns the log-probs at the pack's scored rows (None when it scores none)."""
+        kvc = self.kv
+        ids, seg_arr, pos, keep, _, _ = pack
+        start = pr.past_len - tail
+        if tail:
+            ids = [pr.ctx[start:], *ids]
+            pos = [np.arange(start, pr.past_len), *pos]
+            seg_arr = np.concatenate([np.full(tail, -1), seg_arr])
+        rows = [tail - 1] if tail else []
+        rows += [tail + k for k in keep]
+        cache = kvc.new_cache(pr.kv, start)
+        out = kvc.model(
+            input_ids=torch.as_tensor(np.concatenate(ids), device=kvc.device).unsqueeze(0),
+            position_ids=torch.as_tensor(np.concatenate(pos), device=kvc.device).unsqueeze(0),
+            attention_mask=kvc.packed_mask(seg_arr, start, tail),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=torch.as_tensor(rows, device=kvc.device),
+        )
+        logits = out.logits[0].float()
+        self.stats.forward_tokens += len(seg_arr)
+        self.stats.logit_positions += len(rows)
+        if tail:
+            last = logits[0]
+            pr.kv = kvc.finish(pr.ctx, cache, last)
+            pr.last, pr.pending, pr.ctx = torch.log_softmax(last, dim=-1), 0, None
+            logits = logits[1:]
+        return torch.log_softmax(logits, dim=-1) if keep else None
 
     @torch.inference_mode()
     def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
         """Log-prob of each option as the continuation of ``prompt`` (shared-prefix, packed)."""
         options = list(options)
         with self.lock:
-            pr = self.prepare(prompt, options)
+            pr = self.prepare(prompt, options, fuse=self.fuse_tail)
             token_lps = self.score_packed(pr)
             self.stats.score_calls += 1
             self.stats.options_scored += len(options)

@@ -30,6 +30,55 @@ class OptionPlan:
     scored_from: int  # index in ``segment`` of the first option token
 
 
+def split_at_boundary(options: Sequence[str], encodings: Sequence[tuple[np.ndarray, np.ndarray]],
+                      prompt_len: int) -> tuple[np.ndarray, list[OptionPlan], list[np.ndarray]]:
+    """The context every option shares and each option's plan after it, from each joint ``prompt + option``
+    encoding (token ids, each token's end in the text) and the prompt's length in the same unit (characters
+    for a transformers tokenizer, bytes for llama.cpp's): an option's first token is the first whose span
+    ends past the prompt; the shared context is the longest common prefix of the encodings before that."""
+    if not options:
+        raise InvalidInputError("score() needs at least one option")
+    fulls, firsts = [], []
+    for opt, (ids, ends) in zip(options, encodings):
+        ids = np.asarray(ids, dtype=np.int64)
+        past = np.flatnonzero(np.asarray(ends) > prompt_len)
+        first = int(past[0]) if len(past) else None
+        if not opt or first is None:
+            raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
+        if first == 0:
+            raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
+        fulls.append(ids)
+        firsts.append(first)
+    shared = min(firsts)
+    base = fulls[0][:shared]
+    for f in fulls[1:]:
+        neq = np.flatnonzero(f[:shared] != base)
+        if len(neq):
+            shared = int(neq[0])
+            base = base[:shared]
+    if shared == 0:
+        raise InvalidInputError("the options share no prompt tokens to condition on")
+    plans = [OptionPlan(f[shared:], k - shared) for f, k in zip(fulls, firsts)]
+    return base, plans, fulls
+
+
+def pack_chunks(sizes: Sequence[int], max_tokens: int, max_items: int | None = None) -> list[list[int]]:
+    """Indices of options with ``sizes`` tokens each, grouped in order into packs of at most ``max_tokens``
+    tokens and ``max_items`` options (an option longer than ``max_tokens`` is a pack of its own)."""
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    size = 0
+    for i, n in enumerate(sizes):
+        if cur and (size + n > max_tokens or (max_items is not None and len(cur) == max_items)):
+            chunks.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += n
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
 class BoundaryTokenizer:
     """A transformers tokenizer as the engine uses it: joint ``prompt + option`` encodings split at the
     option boundary, and texts with per-token offsets.
@@ -100,30 +149,8 @@ class BoundaryTokenizer:
 
         Returns the context shared by all options, each option's segment after it, and each option's
         full joint encoding (for the reference path, which encodes every option jointly: ``splice=False``)."""
-        if not options:
-            raise InvalidInputError("score() needs at least one option")
-        plen = len(prompt)
-        fulls, firsts = [], []
-        for opt, (ids, ends) in zip(options, self.joint_encodings(prompt, options, splice=splice)):
-            past = np.flatnonzero(ends > plen)
-            first = int(past[0]) if len(past) else None
-            if not opt or first is None:
-                raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
-            if first == 0:
-                raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
-            fulls.append(ids)
-            firsts.append(first)
-        shared = min(firsts)
-        base = fulls[0][:shared]
-        for f in fulls[1:]:
-            neq = np.flatnonzero(f[:shared] != base)
-            if len(neq):
-                shared = int(neq[0])
-                base = base[:shared]
-        if shared == 0:
-            raise InvalidInputError("the options share no prompt tokens to condition on")
-        plans = [OptionPlan(f[shared:], k - shared) for f, k in zip(fulls, firsts)]
-        return base, plans, fulls
+        encodings = self.joint_encodings(prompt, options, splice=splice) if options else []
+        return split_at_boundary(options, encodings, len(prompt))
 
     def token_text(self, token_id: int) -> str:
         """One token decoded on its own (memoised: echo responses decode every token of every text)."""

@@ -28,6 +28,18 @@ admissible is executed anyway and the env records it as a failed step with its r
 
 Demonstrations come from the dataset named by ``demo_dataset`` (``groundplan.envs.DATASETS``, e.g.
 VirtualHome's training programs) or are passed to the planner directly (``demonstrations=[(name, steps), …]``).
+
+Two options of the translated planner go beyond the paper, for tasks whose inputs allow no demonstration
+(the Embodied Agent Interface's prompt, Li et al. 2024 Sec. 3.3, which carries its own one-shot example):
+
+- ``prompt``: a dialog prompt file instead of the ``Task:``/``Step n:`` example: the opening prompt is
+  SayCan's dialog (``<file>Human: <instruction>\nRobot: 1.``, Ahn et al. 2022 App. C.2) and each translated
+  action is appended as ``" <action>, <n+1>."``; no demonstration is read, and a sample saying the done label
+  counts toward ending the plan as an empty one does;
+- ``reprompt_on_failure``: closed loop on the simulator's success feedback. When the last action failed, its
+  step is taken back out of the prompt, the action is barred until an action succeeds, and the step is
+  sampled again with a new seed (re-prompting on failure; the paper's planner is open loop, so a failed
+  action stays in its prompt). Every attempt counts toward ``max_steps``.
 """
 from __future__ import annotations
 
@@ -37,7 +49,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import (
@@ -56,6 +68,7 @@ from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.zeroshot import translation_scores
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import EpisodeProgress, PlanPlayback, Planner, PlannerOptions
+from groundplan.planners.saycan import GENERATIVE_STOP, build_prompt, format_step, load_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +171,19 @@ class ZeroShotConfig(_Base):
     trajectory_correction: bool = Field(
         True, description="Append the translated action to the prompt (Sec. 3.3); False appends the raw sample.")
     top_candidates: int = Field(10, ge=0, description="How many best-scoring actions each step records in the trace.")
+    prompt: str | None = Field(
+        None, description="A dialog prompt file (groundplan/planners/prompts, e.g. saycan_eai, or a .txt path): "
+        "SayCan's dialog format instead of the Task:/Step n: example, and no demonstration is read; null: the paper's.")
+    reprompt_on_failure: bool = Field(
+        False, description="When the last action failed, take its step out of the prompt, bar the action until one "
+        "succeeds and sample the step again (closed loop on success feedback); False: the paper's open-loop prompt.")
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_exists(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_prompt(value)  # raises, naming the shipped prompts, when it does not exist
+        return value
 
 
 class VanillaConfig(_Base):
@@ -193,6 +219,7 @@ class _ZeroShotBase(EpisodeProgress, Planner):
         self._prompt = ""
         self._history: list[str] = []
         self._episode_seed = 0
+        self._failures = 0  # failed attempts taken back by re-prompting (0 without it)
         self.example: Demo | None = None
 
     @property
@@ -232,11 +259,15 @@ class _ZeroShotBase(EpisodeProgress, Planner):
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         query = validate_instruction(task.instruction, self.config.max_instruction_chars)
-        self.example = self.select_example(query)
-        self._prompt = opening_prompt(self.example, query)
+        self._prompt = self._opening(query)
         self._begin_episode()
         self._episode_seed = seed
         self._reset_plan(task, observation)
+
+    def _opening(self, query: str) -> str:
+        """The episode's opening prompt: the chosen demonstration and the query (Sec. 3.1)."""
+        self.example = self.select_example(query)
+        return opening_prompt(self.example, query)
 
     def _reset_plan(self, task: Task, observation: Observation) -> None:
         """Hook for subclasses."""
@@ -249,7 +280,8 @@ class _ZeroShotBase(EpisodeProgress, Planner):
                                 repetition_penalty=cfg.repetition_penalty)
 
     def _seed(self) -> int:
-        return (self.config.seed * 1_000_003 + self._episode_seed * 1009 + len(self._history)) % (2**31)
+        return (self.config.seed * 1_000_003 + self._episode_seed * 1009 + len(self._history)
+                + 7919 * self._failures) % (2**31)
 
     def _done(self, reason: str, info: dict[str, Any] | None = None) -> Decision:
         self._finished = True
@@ -272,8 +304,54 @@ class ZeroShotPlanner(_ZeroShotBase):
             parts.append("fixed_example")
         if not cfg.trajectory_correction:
             parts.append("no_correction")
+        if cfg.prompt is not None:
+            parts.append("dialog")
+        if cfg.reprompt_on_failure:
+            parts.append("reprompt")
         self.name = "-".join(parts)
         self._index: ActionIndex | None = None
+        self._dialog = load_prompt(cfg.prompt) if cfg.prompt is not None else None
+        self._barred: set[str] = set()
+        self._attempts = 0
+        self._last_delta = ""
+
+    def _opening(self, query: str) -> str:
+        """Sec. 3.1's example and query, or (``prompt``) SayCan's dialog with no demonstration."""
+        if self._dialog is None:
+            return super()._opening(query)
+        self.example = None
+        return build_prompt(self._dialog, query)
+
+    def _reset_plan(self, task: Task, observation: Observation) -> None:
+        self._failures = 0
+        self._barred = set()
+        self._attempts = 0
+        self._last_delta = ""
+
+    def _take_back(self, last: StepResult | None) -> str | None:
+        """Re-prompting: after a failed action, its step leaves the prompt and the action is barred until
+        one succeeds (the state it failed in has not changed); returns the failed action."""
+        if not self.config.reprompt_on_failure or last is None or not self._history:
+            return None
+        if last.success:
+            self._barred.clear()
+            return None
+        failed = self._history.pop()
+        self._prompt = self._prompt[: len(self._prompt) - len(self._last_delta)]
+        self._barred.add(failed)
+        self._failures += 1
+        return failed
+
+    def _sample_stop(self) -> tuple[str, ...]:
+        return GENERATIVE_STOP if self._dialog is not None else ("\n",)
+
+    def _clean(self, text: str) -> str:
+        """A sample as a step: the paper's cleaning, or in the dialog format only the spaces and a closing
+        period (EAI's steps are ``[WALK] <laptop>``, whose brackets the paper's cleaning would strip)."""
+        return clean_sample(text) if self._dialog is None else text.strip().rstrip(".").strip()
+
+    def _says_done(self, sample: str) -> bool:
+        return self._dialog is not None and sample.lower() == self.config.done_skill.lower()
 
     def _actions(self, skills: Sequence[str]) -> ActionIndex:
         if self._index is None or self._index.skills is not skills:
@@ -286,14 +364,18 @@ class ZeroShotPlanner(_ZeroShotBase):
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
         self._check_running()
         cfg = self.config
-        if len(self._history) >= cfg.max_steps:
+        failed = self._take_back(last)
+        if len(self._history) >= cfg.max_steps or self._attempts >= cfg.max_steps:
             return self._done("max_steps")
-        gens = self.lm.generate(self._prompt, self._params(stop=("\n",)))
-        samples = [clean_sample(g.text) for g in gens]
+        gens = self.lm.generate(self._prompt, self._params(stop=self._sample_stop()))
+        samples = [self._clean(g.text) for g in gens]
         info: dict[str, Any] = {"samples": samples, "sample_logprobs": [float(g.logprob_mean) for g in gens]}
-        if sum(1 for s in samples if not s) > len(samples) / 2:
-            return self._done("empty_samples", info)
-        kept = [(s, g.logprob_mean) for s, g in zip(samples, gens) if s]
+        if failed is not None:
+            info["reprompt"] = {"failed": failed, "barred": sorted(self._barred)}
+        done_votes = sum(1 for s in samples if self._says_done(s))
+        if sum(1 for s in samples if not s) + done_votes > len(samples) / 2:
+            return self._done("done_samples" if done_votes else "empty_samples", info)
+        kept = [(s, g.logprob_mean) for s, g in zip(samples, gens) if s and not self._says_done(s)]
         if not cfg.translation:
             text, lp = max(kept, key=lambda x: x[1])  # first of the best on ties
             info["logprob"] = float(lp)
@@ -310,17 +392,29 @@ class ZeroShotPlanner(_ZeroShotBase):
         t1 = time.perf_counter()
         previous = self._history[-1] if self._history else None
         best, cos, which = translation_scores(index, vecs, lps, cfg.beta, previous, cfg.repeat_penalty,
-                                             observation.admissible)
+                                             self._allowed(observation))
         top = int(np.argmax(best))
         info.update({"translation_ms": 1000 * (time.perf_counter() - t1), "embed_ms": 1000 * (t1 - t0),
                      "score": float(best[top]), "cosine": float(cos[top]), "from_sample": texts[int(which[top])]})
         candidates = self._top(index, best, cos, which, texts, lps)
+        if not np.isfinite(best[top]):
+            return self._done("no_action_left", info)  # every admissible action barred by re-prompting
         if cfg.epsilon is not None and best[top] < cfg.epsilon:
             info["best"] = index.labels[top]
             return self._done("below_epsilon", info)
         action = index.labels[top]
         appended = action if cfg.trajectory_correction else texts[int(which[top])]
         return self._commit(action, appended, candidates, info)
+
+    def _allowed(self, observation: Observation) -> Any:
+        """The observation's admissible mask less the barred actions (re-prompting)."""
+        if not self._barred:
+            return observation.admissible
+        skills = observation.skills
+        mask = (np.ones(len(skills), dtype=bool) if observation.admissible is None
+                else np.array(observation.admissible, dtype=bool))
+        mask &= np.array([s not in self._barred for s in skills], dtype=bool)
+        return mask
 
     def _top(self, index: ActionIndex, best: np.ndarray, cos: np.ndarray, which: np.ndarray,
              texts: list[str], lps: np.ndarray) -> list[CandidateScore]:
@@ -338,8 +432,13 @@ class ZeroShotPlanner(_ZeroShotBase):
 
     def _commit(self, action: str, appended: str, candidates: list[CandidateScore], info: dict[str, Any]) -> Decision:
         n = len(self._history) + 1
-        delta = f" {capitalise(appended)}\nStep {n + 1}:"
+        if self._dialog is None:
+            delta = f" {capitalise(appended)}\nStep {n + 1}:"
+        else:
+            delta = format_step(appended, n, done=False)
         self._prompt += delta
+        self._last_delta = delta
+        self._attempts += 1
         self._history.append(action)
         return Decision(skill=action, done=False, candidates=candidates, prompt_delta=delta, info=info)
 
