@@ -163,6 +163,13 @@ def test_sliding_window_layers_score_as_a_plain_forward(tiny_gemma3):
     np.testing.assert_allclose([s.logprob_sum for s in padded[1]],
                                [s.logprob_sum for s in lm.score_reference(other, OPTIONS[:2])], atol=1e-4)
 
+    # a warm step: the prompt extends a cached one, and its tail runs in the options' forward (one forward)
+    earlier = PROMPT[: PROMPT.rindex(" 2.")] + " 2."
+    lm.cache.clear()
+    lm.score(earlier, OPTIONS)
+    warm = lm.score(PROMPT, OPTIONS)
+    np.testing.assert_allclose([s.logprob_sum for s in warm], [s.logprob_sum for s in reference], atol=1e-4)
+
 
 def test_sliding_window_layers_generate_as_transformers(tiny_gemma3):
     import torch

@@ -20,7 +20,7 @@ order aside, as above).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -48,6 +48,18 @@ class Prepared:
     @property
     def pack_tokens(self) -> int:
         return sum(len(p.segment) for p in self.plans)
+
+
+class Pack(NamedTuple):
+    """One pack's inputs: token ids, segment ids and positions per option, and for every scored token the
+    pack row whose logits predict it (``keep``), the token (``targets``) and the option it belongs to."""
+
+    ids: list[np.ndarray]
+    seg_ids: np.ndarray
+    pos: list[np.ndarray]
+    keep: list[int]
+    targets: list[int]
+    owners: list[int]
 
 
 def option_score(option: str, lps: list[float]) -> OptionScore:
@@ -108,7 +120,7 @@ class PackedScorer(EnginePart):
         for n, chunk in enumerate(chunks):
             pack = self.pack(pr, chunk)
             tail = pr.pending if n == 0 else 0
-            lp = self.forward(pr, pack, tail) if (pack[3] or tail) else None
+            lp = self.forward(pr, pack, tail) if (pack.keep or tail) else None
             if n == 0:  # the context's next-token log-probs exist now: every option's first token
                 token_lps = self.first_token_lps(pr)
                 if top_k:
@@ -119,21 +131,19 @@ class PackedScorer(EnginePart):
                             t.append(first)
             if lp is None:
                 continue
-            targets, owners = pack[4], pack[5]
-            picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
-            for owner, value in zip(owners, picked):
+            picked = lp.gather(1, torch.as_tensor(pack.targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+            for owner, value in zip(pack.owners, picked):
                 token_lps[owner].append(value)
             if top_k:
                 tv, ti = lp.topk(top_k, dim=-1)
                 tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
-                for row, owner in enumerate(owners):
+                for row, owner in enumerate(pack.owners):
                     tops[owner].append((ti[row], tv[row]))
         return token_lps, tops
 
     @staticmethod
-    def pack(pr: Prepared, chunk: list[int]) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray], list[int], list[int], list[int]]:
-        """One pack's inputs: token ids, segment ids and positions per option, and for every scored token
-        the pack row whose logits predict it, the token and the option it belongs to."""
+    def pack(pr: Prepared, chunk: list[int]) -> Pack:
+        """The inputs of the pack of options ``chunk`` after ``pr``'s context."""
         ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
         start = 0
         for i in chunk:
@@ -147,14 +157,14 @@ class PackedScorer(EnginePart):
                 owners.append(i)
             start += len(seg)
         seg_arr = np.concatenate(seg_ids) if seg_ids else np.zeros(0, dtype=np.int64)
-        return ids, seg_arr, pos, keep, targets, owners
+        return Pack(ids, seg_arr, pos, keep, targets, owners)
 
-    def forward(self, pr: Prepared, pack: tuple, tail: int) -> torch.Tensor | None:
+    def forward(self, pr: Prepared, pack: Pack, tail: int) -> torch.Tensor | None:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
         ``pr.last``. Returns the log-probs at the pack's scored rows (None when it scores none)."""
         kvc = self.kv
-        ids, seg_arr, pos, keep, _, _ = pack
+        ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
         start = pr.past_len - tail
         if tail:
             ids = [pr.ctx[start:], *ids]
