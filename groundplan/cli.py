@@ -79,7 +79,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     task = Task(task_id="cli", instruction=instruction, family="cli", goal=None)
     trace = run_episode(planner, env, task, args.seed, max_steps=args.max_steps, llm_name=llm.model)
     for step in trace.steps:
-        table = Table(title=f"step {step.index + 1}: {step.chosen}" + ("" if step.done else f"  [{'ok' if step.success else 'failed'}]"),
+        # skills may look like rich markup (EAI's "[WALK] <laptop>"): printed as text
+        table = Table(title=escape(f"step {step.index + 1}: {step.chosen}" + ("" if step.done else f"  [{'ok' if step.success else 'failed'}]")),
                       title_justify="left")
         table.add_column("option")
         table.add_column("LLM p", justify="right")
@@ -89,7 +90,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             aff = "—" if c.affordance is None else f"{c.affordance:.3f}"
             style = "bold green" if c.skill == step.chosen else None
             cosine = c.extra.get("score") == "cosine"  # the Generative baseline ranks by embedding similarity
-            table.add_row(c.skill, f"cos {c.llm:.3f}" if cosine else _prob(c.llm), aff,
+            table.add_row(escape(c.skill), f"cos {c.llm:.3f}" if cosine else _prob(c.llm), aff,
                           f"{c.combined:.3f}" if cosine else _prob(c.combined), style=style)
         console.print(table)
     if trace.error:

@@ -209,7 +209,10 @@ def test_eai_run_config_runs_a_sweep_per_model_then_the_leaderboard(tmp_path, mo
     assert {k: v["episodes_run"] for k, v in result["sweeps"].items()} == {"eai_small-m-one": 2, "eai_small-m-two": 2}
     rows = {r["model"] for r in result["leaderboard"]["rows"]["official"]}
     assert {"Open loop [m-one]", "Open loop [org/m-two]"} <= rows and len(rows) == 17
-    assert "rank" in (tmp_path / "board" / "table.txt").read_text()
+    table = (tmp_path / "board" / "table.txt").read_text()
+    assert "rank" in table
+    # the table's rows name each run's model: "[m-one]" is text, not rich markup that swallows it
+    assert "│ Open loop [m-one]" in table and "│ Open loop [org/m-two]" in table
     again = eai_run.run(cfg, progress=False)  # resumable: nothing runs twice
     assert built == ["m-one", "org/m-two"]  # no model was even built
     assert all(v["episodes_run"] == 0 and v["episodes_reused"] == 2 for v in again["sweeps"].values())

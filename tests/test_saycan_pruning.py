@@ -118,7 +118,7 @@ def test_pruned_trace_is_json_and_renders(tmp_path):
     assert "pruned" in render_episode(trace, [])
 
 
-def test_plan_command_keeps_full_scores(monkeypatch):
+def test_plan_command_keeps_full_scores(monkeypatch, capsys):
     """``groundplan plan`` prints and charts every option's scores, so it builds SayCan without pruning:
     every candidate of every step it plays carries its LLM score (the same model prunes in eval)."""
     from groundplan import cli
@@ -144,6 +144,8 @@ def test_plan_command_keeps_full_scores(monkeypatch):
     steps = seen["trace"].steps
     assert steps and all(len(s.candidates) > 1 for s in steps)
     assert all(c.llm is not None and not c.extra.get("pruned") for s in steps for c in s.candidates)
+    out = capsys.readouterr().out  # bracketed text ("[ok]", EAI's "[WALK] <laptop>") is printed, not read as markup
+    assert f"step 1: {steps[0].chosen}" in out and ("[ok]" in out or "[failed]" in out or steps[0].done)
 
 
 def test_pruning_with_the_real_model_small(lm):

@@ -124,14 +124,15 @@ def _goal_cell(pair: tuple[int, int]) -> str:
 def render_rows(rows: list[EAIRow], title: str):
     """A rich table: models down; n, success and executability with 95% Wilson intervals, the error
     counts and goal satisfaction by kind across."""
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{title} (rates: % [95% Wilson interval])")
+    table = Table(title=escape(f"{title} (rates: % [95% Wilson interval])"))
     for col in ("model", "n", "success", "executable", *ERROR_COLUMNS, "node goals", "edge goals",
                 "action goals", "all goals"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(r.model, str(r.n), format_rate(r.successes, r.n, *r.success_ci),
+        table.add_row(escape(r.model), str(r.n),  # a run's row is 'label [llm]', not rich markup format_rate(r.successes, r.n, *r.success_ci),
                       format_rate(r.executable, r.n, *r.executable_ci), *(str(r.errors.get(c, 0)) for c in ERROR_COLUMNS),
                       *(_goal_cell(r.goals[k]) for k in ("node", "edge", "action", "all")))
     return table

@@ -227,6 +227,7 @@ def corrections_table(result: dict[str, Any]):
     it changes on the tasks both score / change in successes) with ``+Nt``/``-Nt`` for tasks it adds or
     drops; a count correction's cell is the change in each column it touches (``ms`` missing step,
     ``af`` affordance, ``ad`` additional step, ``wo`` wrong order, ``pa`` parsing)."""
+    from rich.markup import escape
     from rich.table import Table
 
     corrections = result["corrections"]
@@ -246,5 +247,5 @@ def corrections_table(result: dict[str, Any]):
             else:
                 cell = " ".join(f"{_SHORT.get(k.removesuffix('_delta'), k)}{v:+d}" for k, v in d.items()) or "0"
             cells.append(cell)
-        table.add_row(m, *cells)
+        table.add_row(escape(m), *cells)
     return table
