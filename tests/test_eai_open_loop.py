@@ -213,6 +213,10 @@ def test_eai_run_config_runs_a_sweep_per_model_then_the_leaderboard(tmp_path, mo
     assert "rank" in table
     # the table's rows name each run's model: "[m-one]" is text, not rich markup that swallows it
     assert "│ Open loop [m-one]" in table and "│ Open loop [org/m-two]" in table
+    header = next(line for line in table.splitlines() if "┃ model" in line)
+    row = next(line for line in table.splitlines() if "│ Open loop [m-one]" in line)
+    assert row.count("│") == header.count("┃")  # every column has its cell
+    assert [c.strip() for c in row.split("│")[2:5]] == ["2", "0% [0–66]", "0% [0–66]"]  # n, success, executable
     again = eai_run.run(cfg, progress=False)  # resumable: nothing runs twice
     assert built == ["m-one", "org/m-two"]  # no model was even built
     assert all(v["episodes_run"] == 0 and v["episodes_reused"] == 2 for v in again["sweeps"].values())

@@ -131,8 +131,8 @@ def render_rows(rows: list[EAIRow], title: str):
     for col in ("model", "n", "success", "executable", *ERROR_COLUMNS, "node goals", "edge goals",
                 "action goals", "all goals"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
-    for r in rows:
-        table.add_row(escape(r.model), str(r.n),  # a run's row is 'label [llm]', not rich markup format_rate(r.successes, r.n, *r.success_ci),
+    for r in rows:  # a run's row is named 'label [llm]': text, not rich markup
+        table.add_row(escape(r.model), str(r.n), format_rate(r.successes, r.n, *r.success_ci),
                       format_rate(r.executable, r.n, *r.executable_ci), *(str(r.errors.get(c, 0)) for c in ERROR_COLUMNS),
                       *(_goal_cell(r.goals[k]) for k in ("node", "edge", "action", "all")))
     return table
