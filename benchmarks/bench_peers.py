@@ -355,6 +355,26 @@ def llamacpp_tokens(lm: Any, steps: Sequence[Step]) -> list[tuple[list[int], lis
     return out
 
 
+def fastest(side: str, what: str, threads: Sequence[int], build: Callable[[int], Any], warm: Callable[[Any], None],
+            trial: Callable[[Any], None]) -> Any:
+    """The side built with the faster of ``threads``: each is built, given a tiny untimed pass (``warm``:
+    weights touched, graphs built, caches emptied after) and timed on ``trial`` (``what`` says its size, for
+    the log). On a loaded 2-core machine two threads that meet at a barrier after every operation wait for a
+    descheduled peer each time, so one thread can win by far; a whole-step trial would spend minutes twice."""
+    best: tuple[float, Any] | None = None
+    for n in threads:
+        made = build(n)
+        warm(made)
+        t0 = time.perf_counter()
+        trial(made)
+        seconds = time.perf_counter() - t0
+        log.info("%s trial: %d threads scored %s in %.2f s", side, n, what, seconds)
+        if best is None or seconds < best[0]:
+            best = (seconds, made)
+    assert best is not None
+    return best[1]
+
+
 def make_llamacpp(lm: Any, steps: Sequence[Step], threads: Sequence[int], trial_options: int) -> tuple[Callable[[], Window], int] | None:
     """The llama.cpp side with the faster of ``threads``, or None (logged) when llama-cpp-python is missing.
 
@@ -376,21 +396,14 @@ def make_llamacpp(lm: Any, steps: Sequence[Step], threads: Sequence[int], trial_
     log.info("llamacpp: %s, n_ctx %d; %s", gguf, n_ctx, llama_cpp.llama_print_system_info().decode().strip())
     ctx, segs, firsts = toks[0]
     trial = (ctx[-TRIAL_TOKENS:], segs[:trial_options], firsts[:trial_options])
-    best: tuple[float, LlamaCppScorer] | None = None
-    for n in threads:
-        scorer = LlamaCppScorer(gguf, n, n_ctx)
+
+    def warm(scorer: LlamaCppScorer) -> None:
         scorer.reset()
-        scorer.score(ctx[-8:], segs[:1], firsts[:1])  # touch the weights and build the graphs, untimed
+        scorer.score(ctx[-8:], segs[:1], firsts[:1])
         scorer.reset()
-        t0 = time.perf_counter()
-        scorer.score(*trial)
-        seconds = time.perf_counter() - t0
-        log.info("llamacpp trial: n_threads=%d scored a %d-token prompt and %d options in %.2f s", n, len(trial[0]),
-                 len(trial[1]), seconds)
-        if best is None or seconds < best[0]:
-            best = (seconds, scorer)
-    assert best is not None
-    chosen = best[1]
+
+    chosen = fastest("llamacpp", f"a {len(trial[0])}-token prompt and {len(trial[1])} options", threads,
+                     lambda n: LlamaCppScorer(gguf, n, n_ctx), warm, lambda scorer: scorer.score(*trial))
     by_step = {id(s): t for s, t in zip(steps, toks)}
     return (lambda: timed_pass(steps, chosen.reset, lambda s: chosen.score(*by_step[id(s)]))), chosen.n_threads
 
@@ -402,27 +415,22 @@ def make_llamacpp_backend(lm: Any, steps: Sequence[Step], threads: Sequence[int]
     options, after a tiny untimed pass), or None (logged) when llama-cpp-python is missing. Its window empties
     its KV cache at the start, then scores every step with prefix reuse on, as a user runs it."""
     from groundplan.core.errors import InvalidInputError
-    from groundplan.llm.llamacpp_backend import LlamaCppLanguageModel
+    from groundplan.llm.llamacpp_backend import LlamaCppLanguageModel, import_llama_cpp
 
-    best: tuple[float, Any] | None = None
     prompt, options = steps[0].prompt[-TRIAL_CHARS:], steps[0].options
-    for n in threads:
-        try:
-            backend = LlamaCppLanguageModel(model=lm.name, n_threads=n)
-        except InvalidInputError as e:
-            log.warning("llamacpp_backend side skipped: %s", e)
-            return None
-        backend.score(prompt[-40:], options[:1])  # touch the weights and build the graphs, untimed
+    try:
+        import_llama_cpp()
+    except InvalidInputError as e:
+        log.warning("llamacpp_backend side skipped: %s", e)
+        return None
+
+    def warm(backend: LlamaCppLanguageModel) -> None:
+        backend.score(prompt[-40:], options[:1])
         backend.reset()
-        t0 = time.perf_counter()
-        backend.score(prompt, options[:trial_options])
-        seconds = time.perf_counter() - t0
-        log.info("llamacpp_backend trial: n_threads=%d scored a %d-character prompt and %d options in %.2f s", n,
-                 len(prompt), trial_options, seconds)
-        if best is None or seconds < best[0]:
-            best = (seconds, backend)
-    assert best is not None
-    chosen = best[1]
+
+    chosen = fastest("llamacpp_backend", f"a {len(prompt)}-character prompt and {trial_options} options", threads,
+                     lambda n: LlamaCppLanguageModel(model=lm.name, n_threads=n), warm,
+                     lambda backend: backend.score(prompt, options[:trial_options]))
 
     def window() -> Window:
         return timed_pass(steps, chosen.reset, lambda s: [x.logprob_sum for x in chosen.score(s.prompt, s.options)])
@@ -467,19 +475,19 @@ def pick_torch_threads(lm: Any, step: Step, threads: Sequence[int], trial_option
     operation's barrier can make two threads slower than one."""
     import torch
 
-    timings = {}
     prompt = step.prompt[-TRIAL_CHARS:]  # about TRIAL_TOKENS tokens, as llama.cpp's trial
-    for n in threads:
+
+    def build(n: int) -> int:
         torch.set_num_threads(n)
+        return n
+
+    def warm(_: int) -> None:
         lm.cache.clear()
-        lm.score(prompt[-40:], step.options[:1])  # untimed
+        lm.score(prompt[-40:], step.options[:1])
         lm.cache.clear()
-        t0 = time.perf_counter()
-        lm.score(prompt, step.options[:trial_options])
-        timings[n] = time.perf_counter() - t0
-        log.info("torch trial: %d threads scored a %d-character prompt and %d options in %.2f s", n, len(prompt),
-                 trial_options, timings[n])
-    best = min(timings, key=timings.__getitem__)
+
+    best = fastest("torch", f"a {len(prompt)}-character prompt and {trial_options} options", threads, build, warm,
+                   lambda _: lm.score(prompt, step.options[:trial_options]))
     torch.set_num_threads(best)
     lm.cache.clear()
     return best

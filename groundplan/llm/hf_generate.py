@@ -48,9 +48,10 @@ class Sampler(EnginePart):
         with self.lock:
             kv, last = kvc.context(ctx)
             past_len = len(ctx)
-            state = {"cache": kvc.new_cache(kv, past_len)}
+            cache = kvc.new_cache(kv, past_len)
 
             def advance(chosen: list[int], t: int, live: list[int]) -> torch.Tensor:
+                nonlocal cache
                 ids = torch.as_tensor(chosen, device=kvc.device).unsqueeze(0)
                 positions = torch.full((1, n), past_len + t, device=kvc.device)
                 # cached generated columns are step-major (step t', sample j'); sample j sees j' == j
@@ -58,8 +59,8 @@ class Sampler(EnginePart):
                 q_seg = np.arange(n)
                 allowed = np.concatenate([np.ones((n, past_len), dtype=bool), q_seg[:, None] == seg[None, :]], axis=1)
                 out = kvc.model(input_ids=ids, position_ids=positions, attention_mask=kvc.mask_tensor(allowed),
-                                past_key_values=state["cache"], use_cache=True)
-                state["cache"] = out.past_key_values
+                                past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
                 self.stats.forward_tokens += n
                 return out.logits[0].float()
 

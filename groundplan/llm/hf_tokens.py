@@ -62,6 +62,14 @@ def split_at_boundary(options: Sequence[str], encodings: Sequence[tuple[np.ndarr
     return base, plans, fulls
 
 
+def splice_cut(prompt: str, options: Sequence[str]) -> int:
+    """Where the last-line splice cuts ``prompt`` (the start of its last line), or 0 when it may not: a one-line
+    prompt, a last line that starts with whitespace (a pre-tokeniser piece may run into it from the newline),
+    or a single option (nothing to save)."""
+    cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
+    return cut if cut > 0 and not prompt[cut].isspace() and len(options) > 1 else 0
+
+
 def pack_chunks(sizes: Sequence[int], max_tokens: int, max_items: int | None = None) -> list[list[int]]:
     """Indices of options with ``sizes`` tokens each, grouped in order into packs of at most ``max_tokens``
     tokens and ``max_items`` options (an option longer than ``max_tokens`` is a pack of its own)."""
@@ -127,8 +135,8 @@ class BoundaryTokenizer:
         encoding is also checked against its joint one on every call; a difference falls back to encoding
         every option jointly (``stats.splice_fallbacks``)."""
         joint = [prompt + o for o in options]
-        cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
-        if splice and self.line_splice and cut > 0 and not prompt[cut].isspace() and len(options) > 1:
+        cut = splice_cut(prompt, options) if splice and self.line_splice else 0
+        if cut:
             first = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
             k = _tokens_before(first["offset_mapping"], cut)
             if k is not None:

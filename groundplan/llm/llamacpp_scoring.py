@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.core.errors import InfrastructureError, InvalidInputError
-from groundplan.llm.hf_tokens import OptionPlan, pack_chunks, split_at_boundary
+from groundplan.llm.hf_tokens import OptionPlan, pack_chunks, splice_cut, split_at_boundary
 
 
 @dataclass
@@ -87,8 +87,8 @@ class LlamaCppTokens:
         back to joint encodings, ``stats.splice_fallbacks``); tokenising 51 copies of a 3,000-character
         prompt would cost about 0.1 s per step."""
         joint = [prompt + o for o in options]
-        cut = prompt.rfind("\n", 0, len(prompt) - 1) + 1
-        if splice and cut > 0 and not prompt[cut].isspace() and len(options) > 1:
+        cut = splice_cut(prompt, options) if splice else 0
+        if cut:
             head = self.encode(prompt[:cut])
             spliced = [head + self.encode(t[cut:], bos=False) for t in joint]
             if spliced[0] == self.encode(joint[0]):

@@ -365,7 +365,7 @@ class ZeroShotPlanner(_ZeroShotBase):
         self._check_running()
         cfg = self.config
         failed = self._take_back(last)
-        if len(self._history) >= cfg.max_steps or self._attempts >= cfg.max_steps:
+        if self._attempts >= cfg.max_steps:  # every step chosen, taken back or not (history <= attempts)
             return self._done("max_steps")
         gens = self.lm.generate(self._prompt, self._params(stop=self._sample_stop()))
         samples = [self._clean(g.text) for g in gens]
