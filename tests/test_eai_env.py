@@ -2,8 +2,6 @@
 leaderboard built from a sweep's traces, and `groundplan tables` printing it beside the stored rows."""
 from __future__ import annotations
 
-import re
-
 import pytest
 
 pytest.importorskip("virtualhome_eval")
@@ -17,16 +15,6 @@ from groundplan.evaluation.eai.semantics import CORRECTED  # noqa: E402
 #: six official tasks, named so that a clean machine loads only these (deciding every task's set loads 342)
 IDS = ["124_1", "409_2", "57_1", "628_1", "772_1", "813_2"]
 SAMPLE = dict(task_set="official", ids=IDS)
-
-
-def _gold_labels(task_id: str) -> list[str]:
-    """The dataset's reference program as env skills (names, not ids)."""
-    out = []
-    for line in load_task(task_id).gold_script:
-        action = re.match(r"\[(\w+)\]", line).group(1)
-        names = re.findall(r"<([^<>]+)> \(\d+\)", line)
-        out.append(" ".join([f"[{action}]", *(f"<{n}>" for n in names)]))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +62,7 @@ def test_goal_check_equals_the_judge_on_gold_and_broken_programs(env):
     judge = EAIJudge()
     agree = successes = 0
     for task in env.tasks():
-        for labels in (_gold_labels(task.task_id), _gold_labels(task.task_id)[:1]):
+        for labels in (list(load_task(task.task_id).reference_skills), list(load_task(task.task_id).reference_skills)[:1]):
             env.reset(task, 0)
             results = [env.execute(label) for label in labels]
             executed = [parse_skill(label) for label, r in zip(labels, results) if r.success]

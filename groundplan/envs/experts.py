@@ -15,7 +15,7 @@ traces record it.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from groundplan.core.registry import Registry
 from groundplan.core.truth import OracleDeclaration, Truth
@@ -52,11 +52,16 @@ class ReferencePlanExpert:
         self._task: str | None = None
         self._i = 0
 
+    def plan(self, task: Task) -> Sequence[str]:
+        """The skills to play: the task's reference plan (an env whose plan is stored in another notation
+        says how to read it as skills)."""
+        return task.reference_plan or ()
+
     def act(self, task: Task, obs: Observation) -> str:
         """The plan's next step, or the done skill once it is used up."""
         if task.task_id != self._task:
             self._task, self._i = task.task_id, 0
-        plan = task.reference_plan or ()
+        plan = self.plan(task)
         action = plan[self._i] if self._i < len(plan) else self.env.done_skill
         self._i += 1
         if action == self.env.done_skill:
@@ -72,6 +77,7 @@ EXPERTS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiOracle")
 EXPERTS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsOracle")
 EXPERTS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:reference_program_expert")
 EXPERTS.register_lazy("kitchen", "groundplan.envs.experts:ReferencePlanExpert")
+EXPERTS.register_lazy("virtualhome_eai", "groundplan.envs.virtualhome.eai.env:GoldProgramExpert")
 
 
 def _expert(reads: set[Truth], wording: str) -> OracleDeclaration:
@@ -90,6 +96,7 @@ EXPERT_DECLARATIONS: dict[str, OracleDeclaration] = {
     "blocks_bowls": _expert({Truth.GOAL, Truth.STATE}, "the bowls' true contents and the task's goal colours"),
     "virtualhome_scp": _expert({Truth.REFERENCE_PLAN}, "the task's reference program, played open loop"),
     "kitchen": _expert({Truth.REFERENCE_PLAN}, "the task's reference plan, played open loop (SayCan App. C.2)"),
+    "virtualhome_eai": _expert({Truth.REFERENCE_PLAN}, "the task's gold program (EAI's dataset), played open loop"),
 }
 #: an expert without an entry (one built by hand): it may read any of the task's truth and the simulator's
 ANY_EXPERT = _expert({Truth.GOAL, Truth.REFERENCE_PLAN, Truth.STATE, Truth.START_STATE},

@@ -37,8 +37,8 @@ from groundplan.grounding.canpay.config import (
     LearnedCanPayOptions,
     OracleCanPayOptions,
 )
-from groundplan.grounding.canpay.data import format_input
 from groundplan.grounding.canpay.model import load_model
+from groundplan.grounding.canpay.views import DEFAULT_VIEW, model_inputs
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,11 @@ class LearnedCanPay(Affordance):
         for m, kind in ((self.can, "can"), (self.pay, "pay")):
             if m is not None and m.kind != kind:
                 raise InvalidInputError(f"{kind}_model is a '{m.kind}' model")
+        views = {m.config.goal_view for m in (self.can, self.pay) if m is not None}
+        if len(views) > 1:
+            raise InvalidInputError(f"can_model and pay_model read different goal views ({', '.join(sorted(views))}); "
+                                    "train both with the same model.goal_view")
+        self.goal_view = views.pop() if views else DEFAULT_VIEW
         self._goal = ""
         self._init_obs: str | None = None
 
@@ -80,7 +85,7 @@ class LearnedCanPay(Affordance):
                         one_by_one: bool = False) -> CanPayScores:
         """p_can and p_pay of every (history, candidate action) in ``items``: one batched forward pass
         per model for all of them (``one_by_one``: one pass per item, the benchmark's baseline)."""
-        texts = [format_input(goal, init_obs, list(h), a) for h, a in items]
+        texts = model_inputs(self.goal_view, goal, init_obs, items)
         bs = 1 if one_by_one else self.options.batch_size
         before = sum(m.forward_calls for m in (self.can, self.pay) if m is not None)
         can = self.can.predict(texts, bs) if self.can is not None else np.ones(len(texts))
@@ -183,7 +188,7 @@ class OracleCanPay(Affordance):
         can = np.array([1.0 if self._feasible(tuple(h) + (a,)) else 0.0 for h, a in items])
         if self.pay is None:
             return CanPayScores(can=can, pay=np.ones(len(items)))
-        texts = [format_input(goal, init_obs, list(h), a) for h, a in items]
+        texts = model_inputs(self.pay.config.goal_view, goal, init_obs, items)
         before = self.pay.forward_calls
         pay = self.pay.predict(texts, 1 if one_by_one else self.options.batch_size)
         return CanPayScores(can=can, pay=pay, forwards=self.pay.forward_calls - before)
@@ -211,7 +216,7 @@ def score_sequences_batch(requests: Sequence[tuple[Any, str, str, Sequence[tuple
         for i in members:
             _, goal, obs, items = requests[i]
             start = len(texts)
-            texts += [format_input(goal, obs, list(h), a) for h, a in items]
+            texts += model_inputs(src.goal_view, goal, obs, items)
             bounds.append((i, start, len(texts)))
         bs = src.options.batch_size
         can = src.can.predict(texts, bs) if src.can is not None else np.ones(len(texts))

@@ -58,6 +58,19 @@ class CanPayModelConfig(BaseModel):
     max_length: int = Field(256, ge=16, le=4096, description="Longest input in tokens; a longer input keeps "
                             "its first and last max_length/2 tokens (the goal and the candidate action stay; "
                             "middle steps go).")
+    goal_view: str = Field("instruction", min_length=1, description="What the model reads of the instruction as "
+                           "its goal (groundplan.grounding.canpay.views): 'instruction' (whole) or 'eai_task' "
+                           "(the task's own block of an EAI prompt, compact). Training, the affordance source and "
+                           "the lineage check apply the same view.")
+
+    @field_validator("goal_view")
+    @classmethod
+    def _known_view(cls, v: str) -> str:
+        from groundplan.grounding.canpay.views import GOAL_VIEWS
+
+        if v not in GOAL_VIEWS.names():
+            raise ValueError(f"unknown goal view '{v}'; registered: {', '.join(GOAL_VIEWS.names())}")
+        return v
 
 
 class TrainConfig(BaseModel):

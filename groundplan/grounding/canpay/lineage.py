@@ -45,6 +45,9 @@ class Lineage:
 
     source: str
     examples: list[Example] = field(default_factory=list)
+    #: the model's goal view (:mod:`~groundplan.grounding.canpay.views`): the examples' keys are of the
+    #: viewed instruction, so a test task is keyed through the same view
+    goal_view: str = "instruction"
 
     def by_signature(self) -> dict[str, Example]:
         return {e.signature: e for e in self.examples}
@@ -53,12 +56,13 @@ class Lineage:
         return {e.instruction: e for e in self.examples}
 
     def to_json(self) -> dict:
-        return {"version": LINEAGE_VERSION, "source": self.source,
+        return {"version": LINEAGE_VERSION, "source": self.source, "goal_view": self.goal_view,
                 "examples": [e.__dict__ for e in self.examples]}
 
     @classmethod
     def from_json(cls, doc: Mapping, source: str | None = None) -> "Lineage":
-        return cls(source or str(doc.get("source", "?")), [Example(**e) for e in doc.get("examples", [])])
+        return cls(source or str(doc.get("source", "?")), [Example(**e) for e in doc.get("examples", [])],
+                   str(doc.get("goal_view", "instruction")))
 
 
 def example(role: str, task_id: str, goal: str, first_observation: str) -> Example:
@@ -66,15 +70,16 @@ def example(role: str, task_id: str, goal: str, first_observation: str) -> Examp
     return Example(role, task_id, visible_signature(goal, first_observation), instruction_key(goal))
 
 
-def trajectories_lineage(source: str, by_role: Mapping[str, Iterable]) -> Lineage:
+def trajectories_lineage(source: str, by_role: Mapping[str, Iterable], goal_view: str = "instruction") -> Lineage:
     """The lineage of a model trained on ``by_role`` (``{"train": [...], "validation": [...]}`` of
-    :class:`~groundplan.grounding.canpay.data.Trajectory`), one example per task and role."""
+    :class:`~groundplan.grounding.canpay.data.Trajectory`, their goals already through ``goal_view``),
+    one example per task and role."""
     out: dict[tuple[str, str], Example] = {}
     for role, trajs in by_role.items():
         for t in trajs:
             e = example(role, t.task_id or t.traj_id, t.goal, t.init_obs)
             out.setdefault((role, e.signature), e)
-    return Lineage(source, list(out.values()))
+    return Lineage(source, list(out.values()), goal_view)
 
 
 def prompt_lineage(source: str, text: str) -> Lineage:

@@ -21,6 +21,7 @@ from groundplan.envs import ENVS
 from groundplan.envs.base import Env
 from groundplan.envs.splits import instruction_key, visible_signature
 from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, TrainedModels, load_lineage, overlap
+from groundplan.grounding.canpay.views import DEFAULT_VIEW, goal_view
 
 log = logging.getLogger(__name__)
 
@@ -64,25 +65,29 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
     return out
 
 
-def task_keys(cfg: EvalConfig, tasks: Iterable[Task], by: str, env: Env | None = None) -> list[tuple[str, str, str]]:
+def task_keys(cfg: EvalConfig, tasks: Iterable[Task], by: str, env: Env | None = None,
+              view: str = DEFAULT_VIEW) -> list[tuple[str, str, str]]:
     """(task id, visible signature, normalised instruction) of each test task, from what the model reads:
     the env's own first observation (``metadata["signature"]`` where the env computed it when drawing
     the task from that observation; else a reset per seed, in ``env`` or, built only then, the config's).
     ``by`` is the env class's ``capabilities.disjoint_by``: an env split by task name (``"instruction"``)
-    needs only the instruction."""
+    needs only the instruction. ``view`` is the lineage's goal view: a model that reads a view of the
+    instruction (:mod:`~groundplan.grounding.canpay.views`) is checked on that view."""
+    read = goal_view(view)
     out = []
     for t in tasks:
-        instr = instruction_key(t.instruction)
+        goal = read(t.instruction)
+        instr = instruction_key(goal)
         if by == "instruction":
             out.append((t.task_id, "", instr))
-        elif "signature" in t.metadata:
+        elif "signature" in t.metadata and view == DEFAULT_VIEW:
             out.append((t.task_id, t.metadata["signature"], instr))
         else:
             if env is None:
                 from groundplan.factory import make_env
 
                 env = make_env(cfg.env)
-            out += [(t.task_id, visible_signature(t.instruction, env.reset(t, s).text), instr) for s in cfg.seeds]
+            out += [(t.task_id, visible_signature(goal, env.reset(t, s).text), instr) for s in cfg.seeds]
     return out
 
 
@@ -99,13 +104,15 @@ def check_lineage(cfg: EvalConfig, tasks: list[Task], env: Env | None = None) ->
     if not lineages:
         return 0
     by = ENVS.get(cfg.env.name).capabilities.disjoint_by
-    keys = task_keys(cfg, tasks, by, env)
+    keys: dict[str, list[tuple[str, str, str]]] = {}  # goal view -> the test tasks' keys through it
     checked = 0
     problems: list[str] = []
     for label, found in lineages.items():
         for lineage in found:
             checked += 1
-            hits = overlap(lineage, keys, by)
+            if lineage.goal_view not in keys:
+                keys[lineage.goal_view] = task_keys(cfg, tasks, by, env, lineage.goal_view)
+            hits = overlap(lineage, keys[lineage.goal_view], by)
             if hits:
                 ids = list(dict.fromkeys(tid for tid, _ in hits))
                 shown = ", ".join(f"{tid} (= {e.role} {e.task_id})" for tid, e in hits[:_SHOWN])

@@ -25,7 +25,7 @@ import logging
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,11 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
         task_groups,
     )
 
-    trajs = read_trajectories(cfg.data if paths is None else paths, env=cfg.env, split=cfg.split)
+    from groundplan.grounding.canpay.views import goal_view
+
+    view = goal_view(cfg.model.goal_view)
+    trajs = [replace(t, goal=view(t.goal))  # the model reads its view of the instruction
+             for t in read_trajectories(cfg.data if paths is None else paths, env=cfg.env, split=cfg.split)]
     if cfg.max_trajectories is not None and len(trajs) > cfg.max_trajectories:
         import random
 
@@ -92,7 +96,8 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
     counts = {"trajectories": len(trajs), "train_trajectories": len(train_t), "val_trajectories": len(val_t),
               "train_tasks": len(task_groups(train_t)), "val_tasks": len(task_groups(val_t)),
               "train_examples": len(train), "val_examples": len(val)}
-    return train, val, counts, trajectories_lineage(cfg.name, {"train": train_t, "validation": val_t})
+    return train, val, counts, trajectories_lineage(cfg.name, {"train": train_t, "validation": val_t},
+                                                    cfg.model.goal_view)
 
 
 # ------------------------------------------------------------------------------------ worker

@@ -43,6 +43,7 @@ from groundplan.core.measures import register_measure
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.experts import ReferencePlanExpert
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
 from groundplan.envs.virtualhome.eai.answer import skill_label
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals, unsatisfied
@@ -74,6 +75,10 @@ class EAIEnvConfig(BaseModel):
     ids: list[str] | None = Field(None, description="Only these task ids of the set (each must be in it); "
                                   "limit then samples among them. Loads only their tasks.")
     done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
+    split: Literal["test", "train"] = Field(
+        "test", description="'test': the tasks above. 'train': every task of the full set whose task name is no "
+        "test task's and whose task block (what a learned model reads of the prompt, prompts.task_view) is no test "
+        "task's: the data of a Can/Pay model evaluated on the test tasks (split by task, never by trajectory).")
 
 
 def parse_skill(label: str) -> tuple[str, list[str]]:
@@ -132,7 +137,8 @@ class EAIVirtualHomeEnv(Env):
     """EAI's action-sequencing tasks, one skill at a time; see the module docstring."""
 
     name = "virtualhome_eai"
-    capabilities = EnvCapabilities(measures=MEASURES, table_measures=("execution_success", *MEASURES), fixed_actions=True)
+    capabilities = EnvCapabilities(measures=MEASURES, table_measures=("execution_success", *MEASURES), fixed_actions=True,
+                                   disjoint_by="instruction")
     #: ``{program: <task id>}``: the EAI task whose initial graph the episode starts from
     start_state_schema = VirtualHomeStartState
 
@@ -146,6 +152,11 @@ class EAIVirtualHomeEnv(Env):
             ids = eai_tasks.sample_ids(self.config.task_set, self.config.limit, self.config.sample_seed, ids=self.config.ids)
         except KeyError as exc:
             raise InvalidInputError(str(exc.args[0])) from None
+        if self.config.split == "train":
+            ids = eai_tasks.disjoint_ids(ids)
+            if not ids:
+                raise InvalidInputError("no task of EAI's full set is disjoint from the test tasks (by task name and "
+                                        "task block): sample fewer test tasks (limit) to leave tasks to train on")
         self._tasks = [eai_tasks.load_task(i).as_task() for i in ids]
         self.task: Task | None = None
         self._eai: eai_tasks.EAITask | None = None
@@ -217,3 +228,15 @@ class EAIVirtualHomeEnv(Env):
         executed = [s for s in trace.steps if not s.done and s.success]
         failed = sum(1 for s in trace.steps if not s.done and not s.success)
         return {"failed_attempts": float(failed), "eai_length": float(len(executed))}
+
+
+class GoldProgramExpert(ReferencePlanExpert):
+    """The expert of EAI trajectories (Can/Pay data): each task's gold program as skills
+    (:attr:`~groundplan.envs.virtualhome.eai.tasks.EAITask.reference_skills`), then done; rows labelled
+    ``eai_gold``."""
+
+    name = "eai_gold"
+
+    def plan(self, task: Task) -> Sequence[str]:
+        program = str((task.start_state or {}).get("program", task.task_id))
+        return eai_tasks.load_task(program).reference_skills

@@ -39,6 +39,7 @@ from groundplan.envs.virtualhome.eai.prompts import stored_prompts
 
 SCENE = 1
 _OBJECT_LINE = re.compile(r"^(.+), id: (\d+), properties: (\[.*\])$")
+_ID = re.compile(r"\s*\(\d+\)")
 
 #: why a task is not in a set (``EAITask.drop_reason``)
 EDGE_COUNT_BREAK = "edge_goal_count"
@@ -93,6 +94,13 @@ class EAITask:
     full_drop: str | None = None
     #: the goals the dataset's final graph misses (for ``final_graph_misses_goal``)
     final_graph_misses: tuple[str, ...] = field(default=())
+
+    @property
+    def reference_skills(self) -> tuple[str, ...]:
+        """The gold program as the env's skills (``[WALK] <couch>``: the ids dropped, an object named as
+        EAI's outputs name it), the plan an expert plays. (``Task.reference_plan`` keeps the id-level
+        script: it is part of every episode's id, and the stored runs' ids hash it.)"""
+        return tuple(_ID.sub("", line).strip() for line in self.gold_script)
 
     def as_task(self) -> Task:
         """A groundplan ``Task``: the instruction is EAI's prompt (what a planner reads), the goal the
@@ -257,3 +265,22 @@ def sample_ids(which: Literal["all", "official", "full"] = "official", limit: in
     if limit is not None and limit < len(in_set):
         in_set = sorted(random.Random(seed).sample(in_set, limit))
     return in_set
+
+
+def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> list[str]:
+    """The sorted ids of the full set's tasks (or of ``pool``) that share neither the task name nor the
+    task block (what a learned model reads of the prompt,
+    :func:`~groundplan.envs.virtualhome.eai.prompts.task_view`) with any of ``test_ids``: the train tasks
+    of a model tested on those (split by task, so two programs of one task name never sit on both sides)."""
+    from groundplan.envs.splits import instruction_key
+    from groundplan.envs.virtualhome.eai.prompts import task_view
+
+    test = [load_task(i) for i in test_ids]
+    names = {t.name for t in test}
+    views = {instruction_key(task_view(t.prompt)) for t in test}
+    out = []
+    for i in sorted(pool) if pool is not None else sample_ids("full"):
+        task = load_task(i)
+        if task.name not in names and instruction_key(task_view(task.prompt)) not in views:
+            out.append(i)
+    return out
