@@ -191,3 +191,21 @@ def test_a_bad_eval_flag_is_a_clear_error_with_exit_code_2(argv, match, capsys):
     assert main(["eval", str(KITCHEN), *argv]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "error:" in out and match in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("train_can*.yaml"))
+                         + sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("train_pay*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_train_configs_validate(path):
+    from groundplan.pipelines.train.canpay import load_train_config
+
+    cfg = load_train_config(path)
+    assert cfg.model.kind in path.name and cfg.env
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("collect_*.yaml")),
+                         ids=lambda p: p.name)
+def test_shipped_collect_configs_validate(path):
+    from groundplan.pipelines.collect.config import load_collect_config
+
+    assert load_collect_config(path).splits

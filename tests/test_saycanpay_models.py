@@ -302,3 +302,17 @@ def test_small_p_values_keep_their_digits():
     from groundplan.evaluation.saycanpay import format_p
 
     assert format_p(0.1849) == "0.18" and format_p(6.1e-5) == "6.1e-05"
+
+
+def test_can_negatives_from_the_listed_actions():
+    """'listed' draws the second negative from the actions listed at that step, never one of the
+    trajectory's own; a step with no recorded list falls back to another trajectory."""
+    import dataclasses
+
+    listed = (("a", "b", "done", "switch on room", "eat door"),) * 2 + ((),)
+    trajs = [dataclasses.replace(_traj(0, ["a", "b", "done"], goal="g0"), listed=listed),
+             _traj(1, ["x", "y", "done"], goal="g1")]
+    can = can_examples(trajs, seed=0, negatives="listed")
+    mine = [e.texts for e in can if e.texts[0].startswith("<Goal> g0")]
+    assert [t[2].rsplit("<NXT> ", 1)[1] in {"switch on room", "eat door"} for t in mine] == [True, True, False]
+    assert mine[2][2].rsplit("<NXT> ", 1)[1] in {"x", "y"}  # no list at the last step: another trajectory

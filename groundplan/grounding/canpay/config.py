@@ -107,6 +107,10 @@ class TrainConfig(BaseModel):
                               "differences, but SayCan/SayCanPay multiply p_can as an absolute probability and "
                               "F1 needs a threshold, so the sigmoid is anchored this way; 0 is the paper's loss alone.")
     max_trajectories: int | None = Field(None, ge=2, description="Use at most this many trajectories (None: all).")
+    can_negatives: Literal["trajectories", "listed"] = Field(
+        "trajectories", description="Where a Can example's second negative comes from: another trajectory (Sec. 6.1) "
+        "or the actions the env listed at that step, less the trajectory's own ('listed': for envs that list every "
+        "action over the task's objects, so the model sees steps no object allows).")
     seed: int = Field(0, ge=0, description="Seeds the split, the negative sampling and the initialisation.")
     num_workers: int = Field(1, ge=1, description="Ray Train data-parallel workers (1 here; more on a cluster).")
     use_gpu: bool = Field(False, description="One GPU per worker.")

@@ -47,6 +47,8 @@ class Trajectory:
     rewards: tuple[float, ...]
     success: bool
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: the actions the env listed at each step (the collection's ``admissible``; empty where not recorded)
+    listed: tuple[tuple[str, ...], ...] = field(default=(), compare=False)
 
 
 def format_history(goal: str, init_obs: str, history: Sequence[str]) -> str:
@@ -113,6 +115,7 @@ def read_trajectories(paths: Iterable[str], env: str | None = None, split: str |
                 goal=row["goal"], init_obs=row["init_obs"], actions=tuple(row["actions"]),
                 feasible=tuple(bool(x) for x in row["feasible"]), rewards=tuple(float(x) for x in row["rewards"]),
                 success=bool(row["success"]),
+                listed=tuple(tuple(a) for a in (row.get("admissible") or ())),
             ))
     out.sort(key=lambda t: t.traj_id)
     return out
@@ -183,11 +186,15 @@ def _other(trajs: Sequence[Trajectory], i: int, rng: random.Random) -> Trajector
     return None
 
 
-def can_examples(trajs: Sequence[Trajectory], seed: int = 0) -> list[CanExample]:
+def can_examples(trajs: Sequence[Trajectory], seed: int = 0, negatives: str = "trajectories") -> list[CanExample]:
     """Sec. 6.1's triples [h_{t-1}, g, a_t, a_{t'≠t}, ã] for every feasible step of every trajectory.
 
     The history is the trajectory's own feasible prefix. A step is skipped when no negative differs
-    from the positive (a one-action trajectory with nothing else to contrast)."""
+    from the positive (a one-action trajectory with nothing else to contrast). ``negatives="listed"``
+    draws ã from the actions the env listed at that step, less the trajectory's own, instead of from
+    another trajectory: where the env lists every action over the task's objects (EAI's VirtualHome),
+    the Sec. 6.1 negatives are all sensible steps of some task, and the model never sees one that no
+    object allows (a room switched on); a step with no recorded list falls back to another trajectory."""
     rng = random.Random(seed)
     out: list[CanExample] = []
     for i, tr in enumerate(trajs):
@@ -198,8 +205,10 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0) -> list[CanExample]
                 infeasible_here.append(action)
                 continue
             same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
-            other = _other(trajs, i, rng)
-            neg_other = [a for a in (other.actions if other else ()) if a != action]
+            taken = set(tr.actions)
+            listed = [a for a in (tr.listed[t] if negatives == "listed" and t < len(tr.listed) else ()) if a not in taken]
+            other = None if listed else _other(trajs, i, rng)
+            neg_other = listed or [a for a in (other.actions if other else ()) if a != action]
             neg_same = infeasible_here[-1] if infeasible_here else (rng.choice(same) if same else None)
             neg_tilde = rng.choice(neg_other) if neg_other else None
             if neg_same is None:

@@ -87,7 +87,8 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
         raise InvalidInputError(f"the {len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data} "
                                 "are all of one task; a validation split by task needs at least 2")
     if cfg.model.kind == "can":
-        train, val = can_examples(train_t, cfg.seed), can_examples(val_t, cfg.seed + 1)
+        train = can_examples(train_t, cfg.seed, cfg.can_negatives)
+        val = can_examples(val_t, cfg.seed + 1, cfg.can_negatives)
     else:
         delta = cfg.resolved_delta
         train, val = pay_examples(train_t, delta, cfg.seed), pay_examples(val_t, delta, cfg.seed + 1)
