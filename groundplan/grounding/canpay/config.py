@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from groundplan.grounding.canpay.lineage import TrainedModels
+from groundplan.grounding.canpay.views import DEFAULT_VIEW
 
 #: δ of the Pay model's discounted return per environment (Table 8). The kitchen is not in the
 #: paper; its plans (~5 steps) are as long as BabyAI's, so it takes BabyAI's 0.6.
@@ -58,7 +59,7 @@ class CanPayModelConfig(BaseModel):
     max_length: int = Field(256, ge=16, le=4096, description="Longest input in tokens; a longer input keeps "
                             "its first and last max_length/2 tokens (the goal and the candidate action stay; "
                             "middle steps go).")
-    goal_view: str = Field("instruction", min_length=1, description="What the model reads of the instruction as "
+    goal_view: str = Field(DEFAULT_VIEW, min_length=1, description="What the model reads of the instruction as "
                            "its goal (groundplan.grounding.canpay.views): 'instruction' (whole) or 'eai_task' "
                            "(the task's own block of an EAI prompt, compact). Training, the affordance source and "
                            "the lineage check apply the same view.")

@@ -25,7 +25,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 from groundplan.envs.splits import visible_signature
 
@@ -186,7 +186,8 @@ def _other(trajs: Sequence[Trajectory], i: int, rng: random.Random) -> Trajector
     return None
 
 
-def can_examples(trajs: Sequence[Trajectory], seed: int = 0, negatives: str = "trajectories") -> list[CanExample]:
+def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
+                 negatives: Literal["trajectories", "listed"] = "trajectories") -> list[CanExample]:
     """Sec. 6.1's triples [h_{t-1}, g, a_t, a_{t'≠t}, ã] for every feasible step of every trajectory.
 
     The history is the trajectory's own feasible prefix. A step is skipped when no negative differs

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from groundplan.envs.splits import instruction_key, visible_signature
+from groundplan.grounding.canpay.views import DEFAULT_VIEW
 
 #: the file in a model folder (beside ``canpay.json``) that holds its lineage
 LINEAGE_FILE = "lineage.json"
@@ -47,7 +48,7 @@ class Lineage:
     examples: list[Example] = field(default_factory=list)
     #: the model's goal view (:mod:`~groundplan.grounding.canpay.views`): the examples' keys are of the
     #: viewed instruction, so a test task is keyed through the same view
-    goal_view: str = "instruction"
+    goal_view: str = DEFAULT_VIEW
 
     def by_signature(self) -> dict[str, Example]:
         return {e.signature: e for e in self.examples}
@@ -62,7 +63,7 @@ class Lineage:
     @classmethod
     def from_json(cls, doc: Mapping, source: str | None = None) -> "Lineage":
         return cls(source or str(doc.get("source", "?")), [Example(**e) for e in doc.get("examples", [])],
-                   str(doc.get("goal_view", "instruction")))
+                   str(doc.get("goal_view", DEFAULT_VIEW)))
 
 
 def example(role: str, task_id: str, goal: str, first_observation: str) -> Example:
@@ -70,7 +71,7 @@ def example(role: str, task_id: str, goal: str, first_observation: str) -> Examp
     return Example(role, task_id, visible_signature(goal, first_observation), instruction_key(goal))
 
 
-def trajectories_lineage(source: str, by_role: Mapping[str, Iterable], goal_view: str = "instruction") -> Lineage:
+def trajectories_lineage(source: str, by_role: Mapping[str, Iterable], goal_view: str = DEFAULT_VIEW) -> Lineage:
     """The lineage of a model trained on ``by_role`` (``{"train": [...], "validation": [...]}`` of
     :class:`~groundplan.grounding.canpay.data.Trajectory`, their goals already through ``goal_view``),
     one example per task and role."""
