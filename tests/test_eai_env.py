@@ -116,3 +116,30 @@ def test_sweep_traces_become_leaderboard_rows(tmp_path):
     text = run_tables([run])
     assert "EAI action sequencing, official semantics, 2 shared tasks" in text and "gpt-4o-2024-05-13" in text
     assert "rank" in text
+
+
+def test_inner_monologue_plays_eai_skills_with_success_feedback(env):
+    """Inner Monologue on EAI (success feedback, no demonstration): no object line (EAI's prompt lists the
+    objects), a line that opens with a break is read on the next line, a generated skill is taken verbatim,
+    each step's outcome is told back, and "done" ends the episode."""
+    from tests.fakes import FakeLM
+    from groundplan.planners.inner_monologue import make_inner_monologue
+
+    task = env.tasks()[0]
+    obs = env.reset(task, 0)
+    gold = list(load_task(task.task_id).reference_skills)
+    lm = FakeLM(generations=["", gold[0], "[WALK] <moon>", "Done."])
+    planner = make_inner_monologue(lm, prompt="inner_monologue_eai", feedback=["success"], skip_leading_break=True,
+                                   max_instruction_chars=20000)
+    planner.reset(task, obs)
+    assert "Scene:" not in planner.prompt and planner.prompt.endswith(f"Human: {task.instruction.strip()}\n")
+    d1 = planner.next_step(obs, None)
+    assert d1.skill == gold[0] and d1.info["parsed"] and d1.info["generated"] == gold[0]
+    r1 = env.execute(d1.skill)
+    d2 = planner.next_step(r1.observation, r1)
+    assert d2.info["projection"]["reason"] == "unparseable" and d2.skill in obs.skills  # not a skill: nearest one
+    r2 = env.execute(d2.skill)
+    d3 = planner.next_step(r2.observation, r2)
+    assert d3.done and d3.skill == "done"
+    assert f"Robot action: {gold[0]}\nSuccessful action: {r1.success}\n" in planner.prompt
+    assert f"Successful action: {r2.success}\nRobot action: Done.\n" in planner.prompt

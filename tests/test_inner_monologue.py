@@ -160,3 +160,15 @@ def test_bad_options_name_the_field():
         make_inner_monologue(FakeLM(), feedback=["smell"])
     with pytest.raises(InvalidInputError, match="unknown option 'max_step'"):
         make_inner_monologue(FakeLM(), max_step=3)
+
+
+def test_a_leading_line_break_is_an_empty_action_unless_skipped():
+    """IM's few-shot prompts keep the action on the 'Robot action:' line, so by default an opening break is an
+    empty action (projected); ``skip_leading_break`` reads the next line instead, with one more LM call."""
+    for skip, chosen, calls in ((False, None, 1), (True, A1, 2)):
+        lm = FakeLM(generations=["", "Pick the red block and place it on the top left corner."])
+        p = make_inner_monologue(lm, feedback=["success"], skip_leading_break=skip)
+        p.reset(TASK, obs(START))
+        d = p.next_step(obs(START), None)
+        assert (d.skill == A1) == (chosen == A1) and (d.info["generated"] == "") == (not skip)
+        assert len(lm.generate_calls) == calls

@@ -1,5 +1,8 @@
 """Inner Monologue (Huang et al. 2022) for the simulated tabletop: closed-loop planning with textual
-feedback appended to one growing prompt.
+feedback appended to one growing prompt. With "success" (and "object" where the env lists objects) it runs
+on any env whose skills are text, e.g. EAI's VirtualHome tasks (``[WALK] <kitchen>``): a generated line that
+is a skill verbatim is taken as it is (:func:`match_skill`), and an env without an object lister gets no
+``Scene:`` line.
 
 The prompt follows the paper's sim listing (App. D, Listing 1) line by line::
 
@@ -132,6 +135,10 @@ class InnerMonologueConfig(PlannerOptions):
                                    "subgoals_source='task'.")
     human_answers: dict[str, str] = Field(default_factory=dict, description="Scripted answers: a question "
                                           "containing the key (case-insensitive) gets the value; checked first.")
+    skip_leading_break: bool = Field(False, description="When the LM's line opens with a line break, read the "
+                                     "line after it (one more greedy call) instead of an empty action. For prompts "
+                                     "that end in their own 'Output:' line (EAI's); off as IM's few-shot prompts "
+                                     "keep the action on the 'Robot action:' line.")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1)
 
     #: ``subgoal_fallback``: the task's reference sub-goals
@@ -178,7 +185,14 @@ def action_text(skill: str, done_skill: str = "done") -> str:
     if skill == done_skill:
         return "Done."
     s = skill.strip().rstrip(".")
-    return s[0].upper() + s[1:] + "."
+    return s[0].upper() + s[1:] + ("." if s[-1].isalnum() else "")
+
+
+def match_skill(text: str, skills: Sequence[str]) -> str | None:
+    """The admissible skill that ``text`` names verbatim (case and a final full stop aside), or None: the
+    generated line when it is already a skill (any env's notation, e.g. EAI's ``[WALK] <kitchen>``)."""
+    key = text.strip().strip('"').rstrip(".").strip().lower()
+    return next((s for s in skills if s.strip().rstrip(".").lower() == key), None) if key else None
 
 
 def parse_action(text: str) -> tuple[str, str] | None:
@@ -351,16 +365,27 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self._task = task
-        detected = list(percept(observation, "detected") or [])
-        self._prompt = f"{self._few_shot}Scene: {describe_objects(detected)}\nHuman: {instruction}\n"
+        self._prompt = f"{self._few_shot}{self._scene_line(observation)}Human: {instruction}\n"
         self._subgoals, self._subgoal_source = [], ""
         self._human = ScriptedHuman(task, self.config.human_answers) if "human" in self.feedback else None
         self._begin_episode()
 
+    @staticmethod
+    def _scene_line(observation: Observation) -> str:
+        """``Scene: <objects>`` from the object lister's percept; empty where the env has no object lister
+        (EAI: its prompt lists the objects itself)."""
+        detected = percept(observation, "detected")
+        return "" if detected is None else f"Scene: {describe_objects(list(detected))}\n"
+
     # -------------------------------------------------------------------------------- generation
     def _generate(self, max_new_tokens: int) -> str:
-        g = self.lm.generate(self._prompt, GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=("\n",)))[0]
-        return g.text.split("\n", 1)[0].strip()
+        """The first line the LM writes, greedily; with ``skip_leading_break``, when it opens with a line
+        break (a long instruction that ends in its own "Output:" line invites one), the line after it."""
+        params = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=("\n",))
+        text = self.lm.generate(self._prompt, params)[0].text.split("\n", 1)[0].strip()
+        if not text and self.config.skip_leading_break:
+            text = self.lm.generate(self._prompt + "\n", params)[0].text.split("\n", 1)[0].strip()
+        return text
 
     def _append(self, text: str) -> None:
         self._prompt += text
@@ -398,8 +423,8 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
             lines = []
             if "success" in self.feedback and last is not None:
                 lines.append(f"Successful action: {bool(last.success)}")
-            if "object" in self.feedback:
-                lines.append(f"Scene: {describe_objects(list(percept(observation, 'detected') or []))}")
+            if "object" in self.feedback and (scene := self._scene_line(observation)):
+                lines.append(scene.rstrip("\n"))
             if "scene" in self.feedback:
                 state = read(observation, Truth.STATE, self)  # the true poses: SCENE_FROM_TRUE_POSES
                 lines.append("Scene: " + describe_progress(self._subgoals, getattr(state, "positions", {}) or {},
@@ -422,7 +447,8 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
         if not skills:
             raise InvalidInputError("the observation lists no skills, so there is nothing to choose from")
         parsed = parse_action(text)
-        label = f"pick the {parsed[0]} and place it on the {parsed[1]}" if parsed else None
+        label = match_skill(text, skills) or (
+            f"pick the {parsed[0]} and place it on the {parsed[1]}" if parsed else None)
         if label is not None and label in skills:
             info["parsed"] = True
             return self._decide(label, [CandidateScore(label, 0.0, None, 0.0)], info, start)
