@@ -29,6 +29,8 @@ def test_the_table_is_the_one_the_run_declares():
     assert table_kind({"env": {"name": "babyai"}, "planners": [{"name": "saycanpay"}]}) == "saycanpay"
     assert table_kind({"env": {"name": "house"}, "planners": [{"name": "saynav"}]}) == "saynav"
     assert table_kind({"env": {"name": "kitchen"}, "planners": [{"name": "saycan"}]}) == "summary"
+    # a benchmark env's own table, whatever the planners (EAI's leaderboard holds SayCanPay's rows too)
+    assert table_kind({"env": {"name": "virtualhome_eai"}, "planners": [{"name": "saycan"}, {"name": "saycanpay"}]}) == "eai"
 
 
 def test_a_kitchen_run_gets_the_summary_with_holm_adjusted_paired_tests(tmp_path, capsys):

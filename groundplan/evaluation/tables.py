@@ -1,12 +1,13 @@
 """Which table a run gets, chosen once for every caller (``groundplan eval``'s printout and ``groundplan
 tables RUN...``): from what the run declares in its ``config.json``, not from its folder name.
 
-- a run with SayCanPay planners gets SayCanPay's table (:mod:`groundplan.evaluation.saycanpay`: success,
-  cost-effectiveness and plan length, paired tests on both);
-- a run in the house env gets SayNav's MultiON table (:mod:`groundplan.evaluation.saynav`);
-- a run in EAI's env (``virtualhome_eai``) gets its summary table and EAI's leaderboard
-  (:mod:`groundplan.evaluation.eai.leaderboard`): the 15 stored LLMs and the run's planners (open and
-  closed loop), judged on the tasks they all ran, under both semantics, with paired tests;
+- a run in an env with a benchmark table of its own gets it, whatever its planners: the house env SayNav's
+  MultiON table (:mod:`groundplan.evaluation.saynav`); EAI's env (``virtualhome_eai``) its summary table and
+  EAI's leaderboard (:mod:`groundplan.evaluation.eai.leaderboard`): the 15 stored LLMs and the run's
+  planners (open and closed loop, SayCanPay's among them), judged on the tasks they all ran, under both
+  semantics, with paired tests;
+- any other run with SayCanPay planners gets SayCanPay's table (:mod:`groundplan.evaluation.saycanpay`:
+  success, cost-effectiveness and plan length, paired tests on both);
 - any other run gets the summary table (:mod:`groundplan.evaluation.summary`): the env's own measures
   when it declares them (``EnvCapabilities.table_measures``, e.g. Zero-Shot Planners' executability and
   LCS), else execution and plan success per family; then the paired McNemar tests, Holm-adjusted.
@@ -41,11 +42,15 @@ TABLE_OF_ENV = {"house": "saynav", "virtualhome_eai": "eai"}
 
 
 def table_kind(config: dict[str, Any]) -> str:
-    """'saycanpay', 'saynav' or 'summary', from a run's config (``config.json``)."""
+    """'eai', 'saynav', 'saycanpay' or 'summary', from a run's config (``config.json``): the env's table
+    first, since a benchmark's rows are compared on its own measures whichever planner made them."""
+    env_table = TABLE_OF_ENV.get(config.get("env", {}).get("name", ""))
+    if env_table:
+        return env_table
     for planner in config.get("planners", []):
         if planner.get("name") in TABLE_OF_PLANNER:
             return TABLE_OF_PLANNER[planner["name"]]
-    return TABLE_OF_ENV.get(config.get("env", {}).get("name", ""), "summary")
+    return "summary"
 
 
 def summary_table(rows: list[SummaryRow], env_name: str, title: str) -> Any:
