@@ -365,17 +365,19 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         instruction = validate_instruction(task.instruction, self.config.max_instruction_chars)
         self._task = task
-        self._prompt = f"{self._few_shot}{self._scene_line(observation)}Human: {instruction}\n"
+        scene = self._scene_line(observation)
+        head = f"{scene}\n" if scene else ""
+        self._prompt = f"{self._few_shot}{head}Human: {instruction}\n"
         self._subgoals, self._subgoal_source = [], ""
         self._human = ScriptedHuman(task, self.config.human_answers) if "human" in self.feedback else None
         self._begin_episode()
 
     @staticmethod
-    def _scene_line(observation: Observation) -> str:
-        """``Scene: <objects>`` from the object lister's percept; empty where the env has no object lister
+    def _scene_line(observation: Observation) -> str | None:
+        """``Scene: <objects>`` from the object lister's percept; None where the env has no object lister
         (EAI: its prompt lists the objects itself)."""
         detected = percept(observation, "detected")
-        return "" if detected is None else f"Scene: {describe_objects(list(detected))}\n"
+        return None if detected is None else f"Scene: {describe_objects(list(detected))}"
 
     # -------------------------------------------------------------------------------- generation
     def _generate(self, max_new_tokens: int) -> str:
@@ -424,7 +426,7 @@ class InnerMonologuePlanner(EpisodeProgress, Planner):
             if "success" in self.feedback and last is not None:
                 lines.append(f"Successful action: {bool(last.success)}")
             if "object" in self.feedback and (scene := self._scene_line(observation)):
-                lines.append(scene.rstrip("\n"))
+                lines.append(scene)
             if "scene" in self.feedback:
                 state = read(observation, Truth.STATE, self)  # the true poses: SCENE_FROM_TRUE_POSES
                 lines.append("Scene: " + describe_progress(self._subgoals, getattr(state, "positions", {}) or {},

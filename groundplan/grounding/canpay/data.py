@@ -201,12 +201,12 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
     for i, tr in enumerate(trajs):
         history: list[str] = []
         infeasible_here: list[str] = []
+        taken = set(tr.actions)
         for t, (action, ok) in enumerate(zip(tr.actions, tr.feasible)):
             if not ok:  # an on-policy mistake at this point: a hard negative for the next positive
                 infeasible_here.append(action)
                 continue
             same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
-            taken = set(tr.actions)
             listed = [a for a in (tr.listed[t] if negatives == "listed" and t < len(tr.listed) else ()) if a not in taken]
             other = None if listed else _other(trajs, i, rng)
             neg_other = listed or [a for a in (other.actions if other else ()) if a != action]
