@@ -71,17 +71,34 @@ def test_scorer_stats_report_the_memo_and_unmemoizable_models_opt_out():
 
 
 def test_adaptive_batch_closes_without_waiting_the_window_for_a_lone_caller():
+    """After a full batch the batcher expects 4 and waits the (short) window once for a lone caller; it then
+    expects 1, so the next lone callers are answered at once even under an hour-long window, where a
+    fixed-window batcher would hold each for the hour (the 60 s guard fails it)."""
     sizes = []
-    b = DynamicBatcher(lambda items: sizes.append(len(items)) or items, window_ms=10_000, max_batch=4)
+    b = DynamicBatcher(lambda items: sizes.append(len(items)) or items, window_ms=50, max_batch=4)
 
     async def main():
         first = await asyncio.gather(*(b.submit(i) for i in range(4)))  # a full batch: closes at max_batch
-        lone = [await b.submit(i) for i in range(3)]  # one caller at a time: expected 4, then 1
-        return first, lone
+        learn = await b.submit(0)  # one caller where 4 were expected: waits the 50 ms window, then expects 1
+        b.window_s = 3600.0
+        lone = [await asyncio.wait_for(b.submit(i), timeout=60) for i in range(1, 3)]
+        return first, [learn, *lone]
 
-    first, lone = asyncio.run(asyncio.wait_for(main(), timeout=60))
+    first, lone = asyncio.run(main())
     assert first == [0, 1, 2, 3] and lone == [0, 1, 2]
-    assert sizes[0] == 4 and sizes[-1] == 1  # with a fixed window the lone calls would each wait 10 s
+    assert sizes == [4, 1, 1, 1]
+
+
+def test_a_fixed_window_batch_waits_its_window_for_a_lone_caller():
+    """The control of the test above: without ``adaptive`` a lone caller is held for the whole window."""
+    b = DynamicBatcher(lambda items: items, window_ms=3_600_000, max_batch=4, adaptive=False)
+
+    async def main():
+        await asyncio.gather(*(b.submit(i) for i in range(4)))
+        await asyncio.wait_for(b.submit(0), timeout=0.5)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(main())
 
 
 def test_sweep_reports_memo_hit_rate_to_stats_and_mlflow(tmp_path, ray_local, monkeypatch):
