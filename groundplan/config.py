@@ -202,11 +202,16 @@ class PlannerSpec(_Strict):
 
 
 class TaskSelection(_Strict):
+    """Which of the env's tasks a sweep runs. Only null (or leaving a field out) means "all": an empty list
+    is refused, so a selection that lost its entries never quietly becomes the whole task set."""
+
     file: str | None = Field(None, description="a YAML or JSONL file of your own tasks for this env (docs/tasks.md); "
                              "used instead of the env's task set, then filtered like it")
-    families: list[str] | None = Field(None, description="task families to run; null = all")
+    families: list[str] | None = Field(None, min_length=1, description="task families to run; null = all; never "
+                                       "empty")
     per_family: int | None = Field(None, ge=1, description="first N tasks of each family; null = the full set")
-    ids: list[str] | None = Field(None, description="explicit task ids (overrides families/per_family)")
+    ids: list[str] | None = Field(None, min_length=1, description="explicit task ids (overrides families/per_family); "
+                                  "null = none; never empty")
 
 
 class RuntimeSpec(_Strict):

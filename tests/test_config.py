@@ -69,6 +69,15 @@ def test_overrides(tmp_path):
     assert cfg.tasks.per_family is None and cfg.seeds == [1, 2] and cfg.llm.model == "some/model"
 
 
+@pytest.mark.parametrize("field", ["families", "ids"])
+def test_an_empty_task_selection_is_a_config_error_not_all_tasks(field):
+    """Only null means "all tasks": an empty list is refused at load, naming the field, rather than running
+    the whole task set (84 kitchen tasks for ``families: []``)."""
+    with pytest.raises(InvalidInputError, match=rf"option 'tasks\.{field}': List should have at least 1 item"):
+        load_config(KITCHEN, [f"tasks.{field}=[]"])
+    assert getattr(load_config(KITCHEN, [f"tasks.{field}=null"]).tasks, field) is None
+
+
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(InvalidInputError, match="not found"):
         load_config(tmp_path / "nope.yaml")
