@@ -38,12 +38,16 @@ def test_score_plan_and_meta():
 
 
 @pytest.mark.parametrize("method,path,body,code,words", [
-    ("post", "/v1/plan", {"instruction": "x", "planner": "Nope"}, 400, "unknown planner 'Nope'"),
-    ("post", "/v1/plan", {"instruction": "x", "env": "mars"}, 400, "unknown env 'mars'"),
-    ("post", "/v1/plan", {"instruction": "   "}, 400, "instruction is empty"),
-    ("post", "/v1/plan", {"instruction": "a" * 1001}, 400, "limit is 1000"),
-    ("post", "/v1/sessions", {"instruction": ""}, 400, "instruction is empty"),
-    ("post", "/v1/score", {"prompt": "p", "options": ["a", "b", "c", "d", "e"]}, 400, "limit is 4"),
+    ("post", "/v1/plan", {"instruction": "x", "planner": "Nope"}, 422, "planner: Input should be 'SayCan' or 'No-VF'"),
+    ("post", "/v1/plan", {"instruction": "x", "env": "mars"}, 422, "env: Input should be 'kitchen'"),
+    ("post", "/v1/plan", {"instruction": "   "}, 422, "instruction: must not be empty or only spaces"),
+    ("post", "/v1/plan", {"instruction": "a" * 1001}, 422, "instruction: String should have at most 1000 characters"),
+    ("post", "/v1/plan", {"task_id": "kitchen/nl_nouns/99"}, 404, "env 'kitchen' has no task 'kitchen/nl_nouns/99'"),
+    ("post", "/v1/plan", {"seed": 1}, 422, "give an instruction, or a task_id"),
+    ("post", "/v1/sessions", {"instruction": ""}, 422, "instruction: must not be empty or only spaces"),
+    ("post", "/v1/score", {"prompt": "p", "options": ["a", "b", "c", "d", "e"]}, 422,
+     "options: List should have at most 4 items"),
+    ("post", "/v1/score", {"prompt": "p", "options": ["a", " "]}, 422, "options.1: must not be empty or only spaces"),
     ("post", "/v1/score", {"prompt": "p", "options": []}, 422, "options"),
     ("post", "/v1/score", {"prompt": "p", "options": ["a"], "extra": 1}, 422, "extra"),
     ("post", "/v1/sessions/0123abcd/step", {}, 404, "no session"),
@@ -120,7 +124,7 @@ def test_client_affordances_steer_saycan():
     c, _ = make()
     sid = c.post("/v1/sessions", json={"instruction": "bring me a coke can", "skills": PLAN}).json()["session_id"]
     r = c.post(f"/v1/sessions/{sid}/step", json={"observation": {"affordances": {"done": 1.5}}})
-    assert r.status_code == 400 and "probability" in r.json()["detail"]
+    assert r.status_code == 422 and "affordances.done: Input should be less than or equal to 1" in r.json()["detail"]
     body = c.post(f"/v1/sessions/{sid}/step",
                   json={"observation": {"affordances": {"find a coke can": 0.0}}}).json()
     assert body["skill"] != "find a coke can"

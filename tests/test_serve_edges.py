@@ -50,8 +50,10 @@ def test_plan_max_steps_is_a_ceiling():
     lm = FakeLM.following(["find a coke can", "pick up the coke can"])  # never chooses done
     c = make(lm, max_steps=3)
     r = c.post("/v1/plan", json={"instruction": "bring me a coke can", "planner": "No-VF", "max_steps": 50})
-    assert r.status_code == 400, r.text
-    assert "limit is 3" in r.json()["detail"] and "limits.max_steps" in r.json()["detail"]
+    assert r.status_code == 422, r.text
+    assert "max_steps: Input should be less than or equal to 3" in r.json()["detail"]
+    schema = c.get("/openapi.json").json()["components"]["schemas"]["PlanRequest"]["properties"]["max_steps"]
+    assert schema["anyOf"][0]["maximum"] == 3  # the server's limit, in its schema
     assert lm.score_calls == []  # refused before the episode started
     for asked, ran in [(None, 3), (3, 3), (2, 2)]:
         body = {"instruction": "bring me a coke can", "planner": "No-VF"} | ({"max_steps": asked} if asked else {})
@@ -91,12 +93,12 @@ def test_a_start_state_with_a_task_id_is_used():
 def test_a_session_step_refuses_empty_skill_labels_like_session_creation():
     c = make(FakeLM.following(PLAN))
     refused = c.post("/v1/sessions", json={"instruction": "bring me a coke can", "skills": ["", "  "]})
-    assert refused.status_code == 400 and "skills must be non-empty labels" in refused.json()["detail"]
+    assert refused.status_code == 422 and "skills.0: must not be empty or only spaces" in refused.json()["detail"]
     sid = c.post("/v1/sessions", json={"instruction": "bring me a coke can", "skills": PLAN}).json()["session_id"]
     for skills in (["", "  "], ["find a coke can", " "]):
         r = c.post(f"/v1/sessions/{sid}/step", json={"observation": {"skills": skills}})
-        assert r.status_code == 400, r.text
-        assert r.json()["detail"] == "observation.skills: skills must be non-empty labels"
+        assert r.status_code == 422, r.text
+        assert "observation.skills.1: must not be empty or only spaces" in r.json()["detail"]
     r = c.post(f"/v1/sessions/{sid}/step", json={"observation": {"skills": PLAN}})
     assert r.status_code == 200 and r.json()["step"] == 0  # the refused steps were not logged
 

@@ -84,7 +84,9 @@ def test_endpoints(base):
     assert r.status_code == 200, r.text
     assert r.json()["plan"] == SLOW_LM_PLAN[:4] and r.json()["execution_success"] is not None
     r = requests.post(f"{base}/v1/plan", json={"instruction": "x", "planner": "Nope"})
-    assert r.status_code == 400 and "unknown planner" in r.json()["detail"]
+    assert r.status_code == 422 and "planner: Input should be" in r.json()["detail"]
+    r = requests.post(f"{base}/v1/plan", json={"task_id": "kitchen/nl_nouns/99"})
+    assert r.status_code == 404 and "has no task" in r.json()["detail"]  # raised in the planner replica
     r = requests.post(f"{base}/v1/sessions/abcdef/step", json={})
     assert r.status_code == 404
 

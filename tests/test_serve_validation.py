@@ -12,13 +12,19 @@ against ``groundplan serve --local``, and the typed start states behind them.
 - a JSON-escaped lone surrogate (``"\\ud800"``), found by the Schemathesis runs: a 500 when used as a key
   or echoed back, now a 422;
 - a boolean where the schema says integer (``"seed": false``), found by the slow run: coerced and accepted,
-  now a 422, as every other type the schema calls invalid.
+  now a 422, as every other type the schema calls invalid;
+- the default env was the kitchen whatever the server hosts (a server without it answered 400 to a request
+  that left ``env`` out), and an explicit empty ``env``, ``planner`` or ``task_id`` quietly meant the
+  default: the default env is now the server's first, and only leaving a value out (or null) means the
+  default; the schema holds the server's names and limits, so a body it calls valid is never refused
+  (``tests/test_serve_schema.py`` holds the server to that).
 """
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -31,7 +37,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from groundplan.core.errors import InvalidInputError, MissingDependencyError
+from groundplan.core.errors import GroundplanError, InvalidInputError, MissingDependencyError, UnknownNameError
 from groundplan.envs import ENVS
 from groundplan.envs.base import StartStateError
 from groundplan.envs.kitchen.env import KitchenEnv
@@ -39,6 +45,7 @@ from groundplan.envs.task_files import load_task_file
 from groundplan.serve.api import build_api
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.local import LocalBackend
+from groundplan.serve.service import PlannerService, local_store, resolve_plan
 from tests.fakes import FakeLM
 from tests.live_services import free_ports, stop_group
 
@@ -176,14 +183,116 @@ def test_empty_skills_are_refused_never_read_as_the_default():
 
 def test_the_service_refuses_empty_skills_too():
     """The planner service (what Ray replicas run) never reads [] as "the env's skills" either."""
-    from groundplan.serve.service import PlannerService, local_store
-
     cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], viewer_dir=None)
     service = PlannerService(cfg, FakeLM(), local_store(cfg))
     with pytest.raises(InvalidInputError, match="skills: the list is empty"):
         service.create_session({"instruction": "x", "skills": []})
     with pytest.raises(StartStateError, match="robot: Input should be"):
         service.plan({"instruction": "x", "start_state": {"robot": ["a"]}})
+
+
+# ------------------------------------------------------------------------------------ defaults and empty values
+def test_the_default_env_is_the_servers_first_not_the_kitchen():
+    """A server without the kitchen: a request that leaves ``env`` out runs in the server's first env (it
+    got a 400 naming the kitchen), and the schema says so; the kitchen is an env this server lacks (422)."""
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], envs=[{"name": "house"}],
+                      viewer_dir=None)
+    c = TestClient(build_api(cfg, LocalBackend(cfg, FakeLM.following(["done"])), llm_name="fake-lm"))
+    spec = c.get("/openapi.json").json()["components"]["schemas"]
+    for model in ("PlanRequest", "SessionCreate"):
+        assert spec[model]["properties"]["env"]["default"] == "house"
+    r = c.post("/v1/plan", json={"instruction": "find the kitchen", "max_steps": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["env"] == "house"
+    r = c.post("/v1/sessions", json={"instruction": "find the kitchen", "skills": ["go to the kitchen", "done"]})
+    assert r.status_code == 201 and r.json()["env"] == "house"
+    assert resolve_plan(cfg, {"instruction": "go"}).env == "house"  # the service, as Ray replicas call it
+    r = c.post("/v1/plan", json={"instruction": "go", "env": "kitchen"})
+    assert r.status_code == 422 and "env: Input should be 'house'" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("path,body,words", [
+    ("/v1/plan", {"instruction": "bring me a coke can", "env": ""}, "env: Input should be 'kitchen'"),
+    ("/v1/plan", {"instruction": "bring me a coke can", "planner": ""}, "planner: Input should be 'SayCan' or 'No-VF'"),
+    ("/v1/plan", {"task_id": ""}, "task_id: String should have at least 1 character"),
+    ("/v1/plan", {"task_id": "kitchen/nl_nouns/00", "instruction": ""}, "instruction: must not be empty or only spaces"),
+    ("/v1/sessions", {"instruction": "bring me a coke can", "env": ""}, "env: Input should be 'kitchen'"),
+    ("/v1/sessions", {"instruction": "bring me a coke can", "planner": ""}, "planner: Input should be 'SayCan'"),
+], ids=["plan-env", "plan-planner", "plan-task", "plan-instruction", "session-env", "session-planner"])
+def test_an_explicit_empty_value_is_refused_never_read_as_the_default(path, body, words):
+    c, lm = make()
+    r = c.post(path, json=body)
+    assert r.status_code == 422, r.text
+    assert words in r.json()["detail"]
+    assert lm.score_calls == []  # refused before any episode
+
+
+@pytest.mark.parametrize("request_,error,words", [
+    ({"instruction": "x", "env": ""}, UnknownNameError, "unknown env ''; this server has: kitchen"),
+    ({"instruction": "x", "planner": ""}, UnknownNameError, "unknown planner ''; this server has: No-VF"),
+    ({"task_id": ""}, InvalidInputError, "task_id is empty"),
+    ({"task_id": "kitchen/nl_nouns/00", "instruction": ""}, InvalidInputError, "the instruction is empty"),
+], ids=["env", "planner", "task", "instruction"])
+def test_the_service_refuses_empty_names_too(request_, error, words):
+    """What Ray replicas and other callers of the service pass as a mapping is held to the same rule."""
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], viewer_dir=None)
+    with pytest.raises(error, match=words):
+        resolve_plan(cfg, request_)
+    if "instruction" in request_ and "task_id" not in request_:
+        service = PlannerService(cfg, FakeLM(), local_store(cfg))
+        with pytest.raises(GroundplanError, match=words):
+            service.create_session({**request_, "skills": ["done"]})
+
+
+def test_not_blank_is_what_strip_leaves_something_of():
+    """The schema's ``pattern`` of a text that must say something (:data:`NOT_BLANK`) refuses exactly the
+    characters ``str.strip()`` removes, so the schema and the services' own checks agree on every text."""
+    from groundplan.serve.schemas import NOT_BLANK
+
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    kept = set(re.findall(NOT_BLANK, every))
+    assert {c for c in every if c not in kept} == {c for c in every if c.isspace()}
+
+
+@pytest.mark.parametrize("max_samples,max_options", [(1, 1), (8, 8), (7, 4), (64, 64), (300, 5)])
+def test_the_completions_schema_and_validation_agree_on_samples_and_best_of(max_samples, max_options):
+    """``n`` x prompts <= ``limits.max_samples`` (unless ``max_tokens`` is 0) and ``best_of`` only with n 1
+    are rules across fields: the JSON schema states them in branches, the model checks them in Python, and
+    both accept exactly the same bodies."""
+    import jsonschema_rs
+
+    from groundplan.serve.openai_api import completion_request_model
+
+    cfg = ServeConfig(viewer_dir=None, limits={"max_samples": max_samples, "max_options": max_options})
+    model = completion_request_model(cfg, "m", can_logprob=True)
+    schema = jsonschema_rs.validator_for(model.model_json_schema())
+    prompts = ["x", [1, 2, 3]] + [p for k in range(1, max_options + 1) for p in (["a"] * k, [[1]] * k)]
+    agreed = refused = 0
+    for n in (None, 1, 2, 3, 4, 5, 7, 8, 9, 16, 63, 64, 65, 128):
+        for prompt in prompts:
+            for max_tokens in (None, 0, 1):
+                for best_of in (None, 1):
+                    body = {"model": "m", "prompt": prompt, "n": n, "max_tokens": max_tokens, "best_of": best_of}
+                    try:
+                        model.model_validate(body)
+                        valid = True
+                    except ValueError:
+                        valid = False
+                    assert schema.is_valid(body) == valid, body
+                    agreed, refused = agreed + 1, refused + (not valid)
+    assert 0 < refused < agreed  # the grid holds bodies of both kinds
+
+
+def test_two_sweeps_that_cannot_be_compared_are_a_409(tmp_path):
+    """Both sweeps exist and the request is well formed; what they hold rules the comparison out (a 409,
+    the state of the server, not a 400 for a valid request)."""
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "traces.jsonl").write_text("")
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], viewer_dir=str(tmp_path))
+    c = TestClient(build_api(cfg, LocalBackend(cfg, FakeLM()), llm_name="fake-lm"))
+    r = c.get("/viewer/api/compare/r1/r1")
+    assert r.status_code == 409 and "is not a run folder" in r.json()["detail"]
+    assert c.get("/viewer/api/compare/r1/nope").status_code == 404
 
 
 # ------------------------------------------------------------------------------------ lone surrogates

@@ -24,6 +24,11 @@ class InvalidInputError(GroundplanError, ValueError):
     """An instruction, option list, action or config value that cannot be used as given."""
 
 
+class ConflictError(InvalidInputError):
+    """Well-formed input naming things whose state rules it out (two runs that cannot be compared); an HTTP
+    front end answers 409, as the request may succeed once that state changes."""
+
+
 class MissingModelError(GroundplanError, RuntimeError):
     """An embedded model package is not installed; the message says how to install it."""
 

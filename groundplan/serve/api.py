@@ -1,10 +1,14 @@
 """The HTTP API: one FastAPI app over a :class:`Backend` (Ray Serve handles in production, the plain
 services in-process in tests), so the routes, limits, auth and error mapping exist once.
 
-Bad input never gets a 5xx: pydantic models bound shapes (422 for malformed JSON or fields, a
-``start_state`` that does not fit its env's ``start_state_schema`` included), the services check the
-configured limits (400), sessions answer 404/409/410/429, bodies over ``limits.max_body_bytes`` get 413
-(by Content-Length, or once a chunked body passes it) before they are parsed. Every status a route can
+Bad input never gets a 5xx: the request models are this server's (:func:`~groundplan.serve.schemas.served_models`:
+its env, planner and model names as enums, its configured limits as bounds), so a body the OpenAPI schema
+calls invalid is a 422 naming the field (malformed JSON, a ``start_state`` that does not fit its env's
+``start_state_schema`` included) and one it calls valid is never refused for its shape; what only the
+server's state can tell answers 404 (no such session, task or sweep), 409, 410 or 429, and what only the
+model or an env's data can tell (a token id past the vocabulary, a start state the env's data rules out)
+400; bodies over ``limits.max_body_bytes`` get 413 (by Content-Length, or once a chunked body passes it)
+before they are parsed. Every status a route can
 answer is declared in the OpenAPI schema with its body (:data:`_ERRORS`), which the Schemathesis runs of
 ``tests/test_serve_schema.py`` hold the app to. A replica that died mid-request, or a model server behind
 it that kept failing, gives 503 with ``Retry-After`` (the request had no effect; send it again). The
@@ -26,7 +30,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from groundplan.core.errors import GroundplanError, InfrastructureError, InvalidInputError, UnknownNameError
+from groundplan.core.errors import (
+    ConflictError,
+    GroundplanError,
+    InfrastructureError,
+    InvalidInputError,
+    UnknownNameError,
+)
 from groundplan.envs import ENVS
 from groundplan.envs.base import Env, StartStateError
 from groundplan.llm.base import PromptLogprobs
@@ -58,8 +68,8 @@ class Backend(Protocol):
 
 _STATUS: list[tuple[type[Exception], int]] = [
     (NotFoundError, 404), (SessionExpiredError, 410), (SessionLimitError, 429), (SessionConflictError, 409),
-    (RetryableError, 503), (InfrastructureError, 503), (UnknownNameError, 400), (InvalidInputError, 400),
-    (GroundplanError, 400),
+    (RetryableError, 503), (InfrastructureError, 503), (ConflictError, 409), (UnknownNameError, 400),
+    (InvalidInputError, 400), (GroundplanError, 400),
 ]
 
 _ERRORS = {code: {"model": S.ErrorOut} for code in (400, 401, 403, 404, 409, 410, 413, 422, 429, 503)}
@@ -195,7 +205,7 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     each request in the serving process (the ingress replica), never from the config file."""
     fixed_token = token
     envs: dict[str, type[Env]] = {e.name: ENVS.get(e.name) for e in config.envs}
-    plan_request = S.plan_request_model([cls.start_state_schema for cls in envs.values() if cls.start_state_schema])
+    served = S.served_models(config, [cls.start_state_schema for cls in envs.values() if cls.start_state_schema])
     app = FastAPI(title="groundplan", version="1",
                   description="Grounded LLM planning as a service: score options, run episodes, closed-loop sessions.")
     bearer = HTTPBearer(auto_error=False)
@@ -255,36 +265,37 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
             planners=[S.PlannerInfo(label=p.display, name=p.name, affordance=p.affordance, options=p.options)
                       for p in config.planners])
 
-    @app.post("/v1/score", response_model=S.ScoreResponse, dependencies=secured, responses=_ERRORS, tags=["llm"])
+    # the request models are this server's (its names as enums, its limits as bounds), so each route is added
+    # once its annotation names its model rather than by the decorator
     async def score(req: S.ScoreRequest) -> dict[str, Any]:
         """Log-probability of each option as the continuation of the prompt (batched across callers)."""
         out = await backend.score(req.prompt, req.options)
         return {**out, "request_id": req.request_id}
 
     def label(name: str | None) -> str:
-        return config.planner_spec(name or config.planners[0].display).display
+        return config.planner_spec(config.planners[0].display if name is None else name).display
 
     async def plan(req: S.PlanRequest) -> dict[str, Any]:
         """Run a whole episode in the simulator and return its trace, with the plan it executed."""
         return await backend.plan(resolve(req.model_dump()))
 
-    # the request model is this app's (its start_state documents the served envs' schemas), so the route is
-    # added once the annotation names it rather than by the decorator
-    plan.__annotations__["req"] = plan_request
-    app.post("/v1/plan", response_model=S.PlanResponse, dependencies=secured, responses=_ERRORS, tags=["plan"])(plan)
-
-    @app.post("/v1/sessions", response_model=S.SessionInfo, status_code=201, dependencies=secured,
-              responses=_ERRORS, tags=["sessions"])
     async def create_session(req: S.SessionCreate) -> dict[str, Any]:
         """Open a closed-loop session: then POST its steps with what the robot observed."""
-        config.env_spec(req.env)
         return await backend.create_session(label(req.planner), req.model_dump())
 
-    @app.post("/v1/sessions/{session_id}/step", response_model=S.SessionStepResponse, dependencies=secured,
-              responses=_ERRORS, tags=["sessions"])
     async def step_session(session_id: str, req: S.SessionStep) -> dict[str, Any]:
         """Send the observation (and the last skill's feedback); get the next skill and its scores."""
         return await backend.step_session(_sid(session_id), req.model_dump())
+
+    for route, model in ((score, served.score), (plan, served.plan), (create_session, served.session),
+                         (step_session, served.step)):
+        route.__annotations__["req"] = model
+    app.post("/v1/score", response_model=S.ScoreResponse, dependencies=secured, responses=_ERRORS, tags=["llm"])(score)
+    app.post("/v1/plan", response_model=S.PlanResponse, dependencies=secured, responses=_ERRORS, tags=["plan"])(plan)
+    app.post("/v1/sessions", response_model=S.SessionInfo, status_code=201, dependencies=secured, responses=_ERRORS,
+             tags=["sessions"])(create_session)
+    app.post("/v1/sessions/{session_id}/step", response_model=S.SessionStepResponse, dependencies=secured,
+             responses=_ERRORS, tags=["sessions"])(step_session)
 
     @app.delete("/v1/sessions/{session_id}", status_code=204, dependencies=secured, responses=_ERRORS,
                 tags=["sessions"])

@@ -13,60 +13,165 @@ scorer that serves ``/v1/score`` (batched across callers in the Serve app, prefi
 The log-probs of sampled tokens are the model's own (temperature 1) over the canonical tokenization of
 the returned text, computed by the same scorer. Token-id prompts are sampled from as their decoded text.
 
-The routes share the API's bearer token, body limit and error rules: malformed or unknown fields 422;
-an unknown model, a ``logprobs`` above 5, ``stream``, ``best_of`` other than ``n``, ``logit_bias``,
-penalties, ``suffix`` or a request over the configured limits 400 with a message.
+The routes share the API's bearer token, body limit and error rules. What the server accepts is what its
+request model (:func:`completion_request_model`) says, enums and bounds included, so the OpenAPI schema
+tells a client exactly: an unknown model, a ``logprobs`` above 5, ``stream``, ``best_of`` other than 1 (with
+``n`` 1), ``logit_bias``, penalties, ``suffix``, or a request over the configured limits (``n`` x prompts
+over ``limits.max_samples`` included) is a 422 naming the field. Only the served model knows its
+vocabulary: a token id outside it is a 400 with a message.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence, Union
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from groundplan.core.errors import InvalidInputError, UnknownNameError
 from groundplan.llm import backend_capabilities
 from groundplan.llm.base import PromptLogprobs
 from groundplan.llm.openai_echo import option_start
 from groundplan.serve.config import ServeConfig
-from groundplan.serve.schemas import json_int
+from groundplan.serve.schemas import json_int, narrowed, one_of
 
 #: most alternatives per position (the OpenAI API's limit for ``logprobs``)
 MAX_LOGPROBS = 5
+#: most samples per prompt (``n``) the schema allows at all; ``limits.max_samples`` bounds n x prompts
+MAX_N = 128
+#: ``max_tokens`` when a request leaves it out (or null), as in the OpenAI API
+MAX_TOKENS = 16
 _STARTED = int(time.time())
+#: ``best_of`` only as a no-op: given (and not null), ``n`` is 1 (omitted, null or 1)
+_BEST_OF_RULE = {"anyOf": [{"properties": {"best_of": {"type": "null"}}},
+                           {"properties": {"n": {"anyOf": [{"const": 1}, {"type": "null"}]}}}]}
+_STOP = Annotated[str, Field(min_length=1)]
+
+
+def _form(value: Any) -> str | None:
+    """Which form of a text-or-list field ``value`` has (its list form by its first item), so a bad value
+    is refused with that form's error alone, named by it, rather than one error per form."""
+    if isinstance(value, str):
+        return "text"
+    if not isinstance(value, list):
+        return None
+    first = value[0] if value else ""
+    return "token-id lists" if isinstance(first, list) else "texts" if isinstance(first, str) else "token ids"
+
+
+_FORMS = {"text": "a text", "texts": "a list of texts", "token ids": "a list of token ids",
+          "token-id lists": "a list of token-id lists"}
+
+
+def forms(tagged: dict[str, Any]) -> Any:
+    """The union of ``tagged`` (a form's name -> its type), told apart by :func:`_form`."""
+    names = [_FORMS[name] for name in tagged]
+    message = "must be " + (", ".join(names[:-1]) + " or " if len(names) > 1 else "") + names[-1]
+    return Annotated[Union[tuple(Annotated[tp, Tag(name)] for name, tp in tagged.items())],  # type: ignore[misc]
+                     Discriminator(_form, custom_error_type="form", custom_error_message=message)]
+
+
+_PROMPT = forms({"text": str, "texts": list[str], "token ids": list[json_int()],
+                 "token-id lists": list[list[json_int()]]})
+_STOPS = forms({"text": _STOP, "texts": Annotated[list[_STOP], Field(max_length=4)]})
 
 
 class CompletionRequest(BaseModel):
     """The OpenAI completions request (the fields groundplan implements; an unknown one is a 422)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # as the API's own requests (schemas._Req)
+    model_config = ConfigDict(extra="forbid", strict=True,  # as the API's own requests (schemas._Req)
+                              json_schema_extra={"allOf": [_BEST_OF_RULE]})
 
     model: str = Field(..., max_length=200, description="the served model (GET /v1/models)")
-    prompt: str | list[str] | list[json_int()] | list[list[json_int()]] = Field(
-        ..., description="a text, a list of texts, token ids, or a list of token-id lists")
-    max_tokens: json_int(ge=0) | None = Field(16, description="tokens to sample after each prompt (0: none, with echo: "
-                                   "score the prompt only)")
+    prompt: _PROMPT = Field(..., description="a text, a list of texts, token ids, or a list of token-id lists")
+    max_tokens: json_int(ge=0) | None = Field(MAX_TOKENS, description="tokens to sample after each prompt (0: none, "
+                                              "with echo: score the prompt only)")
     temperature: float | None = Field(1.0, ge=0, le=2, description="0: greedy")
     top_p: float | None = Field(1.0, gt=0, le=1)
-    n: json_int(ge=1, le=128) | None = Field(1, description="samples per prompt")
-    stream: bool | None = Field(False, description="not supported (400 when true)")
-    logprobs: json_int(ge=0) | None = Field(None, description=f"log-probs of each token and the top k alternatives "
-                                 f"(k <= {MAX_LOGPROBS})")
+    n: json_int(ge=1, le=MAX_N) | None = Field(1, description="samples per prompt")
+    stream: Literal[False] | None = Field(False, description="streaming is not supported: false or null")
+    logprobs: json_int(ge=0, le=MAX_LOGPROBS) | None = Field(None, description="log-probs of each token and the top k "
+                                                              f"alternatives (k <= {MAX_LOGPROBS})")
     echo: bool | None = Field(False, description="return the prompt before the completion, with its log-probs")
-    stop: str | list[str] | None = Field(None, description="up to 4 strings that end a sample (not returned)")
+    stop: _STOPS | None = Field(None, description="up to 4 non-empty strings that end a sample (not returned)")
     # bounds within 2**53, where JSON numbers are exact in every client (and torch takes any of them)
     seed: json_int(ge=-(2**53 - 1), le=2**53 - 1) | None = Field(None, description="makes sampling reproducible")
     repetition_penalty: float | None = Field(1.0, gt=0, description="vLLM's extension: Hugging Face's repetition "
                                              "penalty (1: none)")
-    presence_penalty: float | None = Field(0.0, description="only 0 is supported")
-    frequency_penalty: float | None = Field(0.0, description="only 0 is supported")
-    best_of: json_int() | None = Field(None, description="only equal to n is supported")
-    logit_bias: dict[str, float] | None = Field(None, description="not supported (400 when not empty)")
-    suffix: str | None = Field(None, description="not supported (400 when set)")
+    presence_penalty: Annotated[float, Field(ge=0, le=0)] | None = Field(0.0, description="only 0 is supported")
+    frequency_penalty: Annotated[float, Field(ge=0, le=0)] | None = Field(0.0, description="only 0 is supported")
+    best_of: json_int(ge=1, le=1) | None = Field(None, description="only 1 with n 1 (the same as leaving it out) is "
+                                                 "supported")
+    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
+        None, description="not supported: null or {}")
+    suffix: Annotated[str, Field(max_length=0)] | None = Field(None, description="not supported: null or \"\"")
     user: str | None = Field(None, max_length=256, description="ignored")
+
+    @model_validator(mode="after")
+    def _best_of(self) -> "CompletionRequest":
+        if self.best_of is not None and (self.n or 1) != 1:
+            raise ValueError(f"best_of is only supported as 1 with n 1 (it is {self.best_of} with n {self.n}); "
+                             "leave best_of out")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
+        """The request's prompts as a list: a text or one token-id list is one prompt."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+            return [prompt]  # type: ignore[list-item]
+        return list(prompt)  # type: ignore[arg-type]
+
+
+def samples_rule(max_samples: int, max_prompts: int) -> dict[str, Any]:
+    """JSON Schema of ``limits.max_samples``: unless ``max_tokens`` is 0, ``n`` x prompts is at most
+    ``max_samples``. JSON Schema has no arithmetic, so it is one branch per run of ``n`` that allows the
+    same number of prompts (at most ``max_prompts`` branches); a text or one token-id list is one prompt."""
+    branches: list[dict[str, Any]] = [{"required": ["max_tokens"], "properties": {"max_tokens": {"const": 0}}}]
+    low = 1
+    while low <= min(max_samples, MAX_N):
+        allowed = max_samples // low  # prompts for every n in [low, high]
+        high = max_samples // allowed if allowed < max_prompts else max_samples // max_prompts
+        n: dict[str, Any] = {"type": "integer", "minimum": low, "maximum": min(high, MAX_N)}
+        branch: dict[str, Any] = {"properties": {"n": {"anyOf": [n, {"type": "null"}]} if low == 1 else n}}
+        if low > 1:
+            branch["required"] = ["n"]
+        if allowed < max_prompts:
+            one = [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]
+            branch["properties"]["prompt"] = {"anyOf": [*one, {"type": "array", "maxItems": allowed}]}
+        branches.append(branch)
+        low = high + 1
+    return {"anyOf": branches}
+
+
+def completion_request_model(config: ServeConfig, served: str, can_logprob: bool) -> type[CompletionRequest]:
+    """The completions request this server accepts: ``model`` the served one, ``limits`` as bounds, and
+    token-id prompts and ``logprobs`` only when the served model can return log-probs."""
+    lim = config.limits
+    longest = lim.max_prompt_chars + lim.max_option_chars  # an echo prompt is a prompt and an option
+    one_text = Annotated[str, Field(min_length=1, max_length=longest)]
+    ids = Annotated[list[json_int(ge=0)], Field(min_length=1, max_length=longest)]
+    texts = Annotated[list[one_text], Field(min_length=1, max_length=lim.max_options)]
+    id_lists = Annotated[list[ids], Field(min_length=1, max_length=lim.max_options)]
+
+    class Limited(CompletionRequest):
+        __doc__ = CompletionRequest.__doc__
+        model_config = ConfigDict(json_schema_extra={"allOf": [_BEST_OF_RULE,
+                                                               samples_rule(lim.max_samples, lim.max_options)]})
+
+        @model_validator(mode="after")
+        def _samples(self) -> "Limited":
+            n, count = self.n or 1, len(self.prompts())
+            if (MAX_TOKENS if self.max_tokens is None else self.max_tokens) > 0 and n * count > lim.max_samples:
+                raise ValueError(f"n x prompts is {n * count} samples; the limit is {lim.max_samples} "
+                                 "(limits.max_samples)")
+            return self
+
+    prompt = forms({"text": one_text, "texts": texts,
+                    **({"token ids": ids, "token-id lists": id_lists} if can_logprob else {})})
+    return narrowed(Limited, "CompletionRequest", model=(one_of([served]), ...),
+                    prompt=(prompt, ...), max_tokens=(json_int(ge=0, le=lim.max_new_tokens) | None, MAX_TOKENS),
+                    logprobs=(json_int(ge=0, le=MAX_LOGPROBS) | None if can_logprob else None, None))
 
 
 class CompletionLogprobs(BaseModel):
@@ -123,66 +228,16 @@ def mount_openai(app: FastAPI, config: ServeConfig, backend: Any, secured: list[
         return {"object": "list", "data": [{"id": served, "object": "model", "created": _STARTED,
                                             "owned_by": "groundplan"}]}
 
-    @app.post("/v1/completions", response_model=CompletionResponse, response_model_exclude_none=False,
-              dependencies=secured, responses=errors, tags=["openai"])
     async def completions(req: CompletionRequest) -> dict[str, Any]:
         """The OpenAI completions API over the served model: scoring (``echo`` + ``logprobs``,
         ``max_tokens: 0``) through the batched, prefix-cached scorer; sampling through the engine."""
-        prompts = check_request(req, config, served, can_logprob)
-        return await complete(req, prompts, backend, served, can_logprob)
+        return await complete(req, req.prompts(), backend, served, can_logprob)
 
-
-def check_request(req: CompletionRequest, config: ServeConfig, served: str, can_logprob: bool) -> list[str | list[int]]:
-    """The request's prompts as a list, after every check that needs no model (400 with a message)."""
-    if req.model != served:
-        raise UnknownNameError(f"unknown model '{req.model}'; this server has: {served}")
-    if req.stream:
-        raise InvalidInputError("stream is not supported: send stream: false (or omit it)")
-    n = req.n or 1
-    if req.best_of is not None and req.best_of != n:
-        raise InvalidInputError("best_of is not supported (only best_of equal to n)")
-    if req.logit_bias:
-        raise InvalidInputError("logit_bias is not supported")
-    if req.presence_penalty or req.frequency_penalty:
-        raise InvalidInputError("presence_penalty and frequency_penalty are not supported (only 0); "
-                                "repetition_penalty is")
-    if req.suffix:
-        raise InvalidInputError("suffix is not supported")
-    if req.logprobs is not None and req.logprobs > MAX_LOGPROBS:
-        raise InvalidInputError(f"logprobs is {req.logprobs}; the most is {MAX_LOGPROBS}")
-    if req.logprobs is not None and not can_logprob:
-        raise InvalidInputError(f"this server's model (llm backend '{config.llm.backend}') cannot return log-probs")
-    if not can_logprob and not isinstance(req.prompt, str) and any(not isinstance(p, str) for p in req.prompt):
-        raise InvalidInputError(f"this server's model (llm backend '{config.llm.backend}') takes text prompts only")
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if len(stops) > 4 or any(not s for s in stops):
-        raise InvalidInputError("stop takes at most 4 non-empty strings")
-    prompt = req.prompt
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], int)):
-        prompts: list[str | list[int]] = [prompt]  # type: ignore[list-item]
-    else:
-        prompts = list(prompt)  # type: ignore[arg-type]
-    lim = config.limits
-    if not prompts:
-        raise InvalidInputError("prompt is empty")
-    if len(prompts) > lim.max_options:
-        raise InvalidInputError(f"{len(prompts)} prompts; the limit is {lim.max_options} per request (limits.max_options)")
-    longest = lim.max_prompt_chars + lim.max_option_chars  # an echo prompt is a prompt and an option
-    for p in prompts:
-        if len(p) == 0:
-            raise InvalidInputError("a prompt is empty")
-        if len(p) > longest:
-            what = "characters" if isinstance(p, str) else "tokens"
-            raise InvalidInputError(f"a prompt is {len(p)} {what}; the limit is {longest} (limits.max_prompt_chars + "
-                                    "limits.max_option_chars)")
-    max_tokens = 16 if req.max_tokens is None else req.max_tokens
-    if max_tokens > lim.max_new_tokens:
-        raise InvalidInputError(f"max_tokens is {max_tokens}; this server's limit is {lim.max_new_tokens} "
-                                "(limits.max_new_tokens)")
-    if max_tokens > 0 and n * len(prompts) > lim.max_samples:
-        raise InvalidInputError(f"n x prompts is {n * len(prompts)} samples; the limit is {lim.max_samples} "
-                                "(limits.max_samples)")
-    return prompts
+    # the request model is this server's (its model's name, its limits), so the route is added once the
+    # annotation names it
+    completions.__annotations__["req"] = completion_request_model(config, served, can_logprob)
+    app.post("/v1/completions", response_model=CompletionResponse, response_model_exclude_none=False,
+             dependencies=secured, responses=errors, tags=["openai"])(completions)
 
 
 async def complete(req: CompletionRequest, prompts: list[str | list[int]], backend: Any, served: str,
@@ -191,7 +246,7 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
     prompt i, as the OpenAI API orders them). A served model without ``prompt_logprobs`` (a backend that
     is itself an HTTP client) has no tokenizer here: its usage counts only the sampled tokens."""
     n, k = req.n or 1, req.logprobs
-    max_tokens = 16 if req.max_tokens is None else req.max_tokens
+    max_tokens = MAX_TOKENS if req.max_tokens is None else req.max_tokens
     choices: list[dict[str, Any]] = []
     completion_tokens = 0
     if max_tokens == 0:

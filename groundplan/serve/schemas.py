@@ -1,22 +1,31 @@
 """Request and response models of the /v1 API (they make the OpenAPI schema at /docs).
 
-Static bounds here are generous ceilings; the configured :class:`~groundplan.serve.config.Limits`
-are checked by the service and give a 400 with a message. A list a caller may leave out (a session's
-``skills``) is refused when given empty: an empty list must never quietly mean the default.
+The classes here are the shapes, with generous ceilings; :func:`served_models` narrows them to one server
+(its envs, planners and configured :class:`~groundplan.serve.config.Limits`), so the OpenAPI schema says
+exactly which bodies that server accepts: a body the schema calls valid gets a 2xx (or a session's or the
+body limit's status), one it calls invalid a 422 naming the field. A value a caller may leave out (a
+session's ``skills``, a plan's ``planner``, ``task_id`` or ``instruction``) is refused when given empty:
+only omitting it (or null) means the default.
 
-``start_state`` is typed per env: :func:`plan_request_model` gives the app's ``PlanRequest`` whose schema
-is any of the served envs' start-state models (``Env.start_state_schema``), and the route checks a request's
-start state against its own env's model (422 naming the field).
+``start_state`` is typed per env: the served ``PlanRequest``'s schema is any of the served envs'
+start-state models (``Env.start_state_schema``), and the route checks a request's start state against
+its own env's model (422 naming the field).
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
-from typing import Annotated, Any, Sequence, Union
+from typing import Annotated, Any, Literal, Sequence, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, create_model, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import core_schema
 
 from groundplan.rollout.traces import EpisodeTrace, StepTrace
+
+if typing.TYPE_CHECKING:
+    from groundplan.serve.config import ServeConfig
 
 
 def _json_integer(value: Any) -> Any:
@@ -38,6 +47,35 @@ def json_int(**bounds: Any) -> Any:
     return Annotated[int, Field(strict=False, **bounds), BeforeValidator(_json_integer)]
 
 
+#: JSON Schema ``pattern`` of a text that is not blank: it holds a character outside the set ``str.strip()``
+#: removes (``str.isspace``). Written as ``\uXXXX`` ranges, which ECMA-262, Python and Rust regexes read alike.
+NOT_BLANK = "[^\\u0009-\\u000d\\u001c-\\u0020\\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+_NOT_BLANK = re.compile(NOT_BLANK)
+
+
+class _NotBlank:
+    """Annotation of a text that must hold a non-space character: the schema's ``pattern`` is
+    :data:`NOT_BLANK`, and validation searches that same pattern, so the two cannot disagree."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: Any) -> dict[str, Any]:
+        return {**handler(schema), "pattern": NOT_BLANK}
+
+    @staticmethod
+    def _check(value: str) -> str:
+        if not _NOT_BLANK.search(value):
+            raise ValueError("must not be empty or only spaces")
+        return value
+
+
+def not_blank(max_length: int | None = None) -> Any:
+    """The type of a request's text that must say something (an instruction, a skill, an option): not
+    empty, not only spaces, at most ``max_length`` characters."""
+    return Annotated[str, Field(max_length=max_length), _NotBlank()]
+
+
 class _Req(BaseModel):
     """Base of the request models: unknown fields refused, and strict types, so what the OpenAPI schema calls
     invalid is refused (422) rather than coerced (``true`` as a seed, ``1`` as a boolean, ``"2"`` as a number),
@@ -48,7 +86,7 @@ class _Req(BaseModel):
 
 class ScoreRequest(_Req):
     prompt: str = Field(..., max_length=100_000, description="text the options continue")
-    options: list[str] = Field(..., min_length=1, max_length=1024, description="candidate continuations")
+    options: list[not_blank(100_000)] = Field(..., min_length=1, max_length=1024, description="candidate continuations")
     request_id: str | None = Field(None, max_length=128, description="echoed back (clients use it to match retries)")
 
 
@@ -69,17 +107,32 @@ class ScoreResponse(BaseModel):
 class PlanRequest(_Req):
     """One episode: an instruction or one of the env's tasks, with optional pins of the start state."""
 
-    instruction: str = Field("", max_length=100_000, description="what the robot should do (may be empty when task_id is given)")
-    env: str = Field("kitchen", max_length=100, description="a served env (GET /v1/planners)")
-    planner: str | None = Field(None, max_length=200, description="a served planner label; default the first")
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["instruction"], "properties": {"instruction": {"type": "string"}}},
+        {"required": ["task_id"], "properties": {"task_id": {"type": "string"}}}]})
+
+    instruction: not_blank(100_000) | None = Field(None, description="what the robot should do; omitted or null with "
+                                             "task_id: the task's own (one of the two is needed)")
+    env: str | None = Field(None, min_length=1, max_length=100, description="a served env (GET /v1/planners); "
+                            "omitted: the server's first")
+    planner: str | None = Field(None, min_length=1, max_length=200, description="a served planner label; omitted or "
+                                "null: the first")
     seed: json_int(ge=0, le=2**31 - 1) = Field(0, description="start state / sampling seed")
-    task_id: str | None = Field(None, max_length=200, description="run one of the env's own tasks (its goal is checked)")
+    task_id: str | None = Field(None, min_length=1, max_length=200, description="run one of the env's own tasks (its "
+                                "goal is checked; an id the env does not have is a 404); omitted or null: an "
+                                "instruction of your own, without a goal")
     start_state: dict[str, Any] | None = Field(None, description="env-specific pins of the start state (e.g. kitchen "
                                                "{'robot': 'table', 'holding': 'apple'}), checked against the env's "
                                                "start-state schema before any env is built (422 naming the field); "
                                                "with task_id it replaces the task's own")
     max_steps: json_int(ge=1, le=100) | None = Field(None, description="step cap, at most the server's "
-                                                    "limits.max_steps (400 above it); default that limit")
+                                                    "limits.max_steps; default that limit")
+
+    @model_validator(mode="after")
+    def _instruction_or_task(self) -> "PlanRequest":
+        if self.instruction is None and self.task_id is None:
+            raise ValueError("give an instruction, or a task_id to run one of the env's tasks")
+        return self
 
 
 def _object_or_null(value: Any) -> dict[str, Any] | None:
@@ -88,18 +141,6 @@ def _object_or_null(value: Any) -> dict[str, Any] | None:
     if value is None or isinstance(value, dict):
         return value
     raise ValueError("must be an object (the env's start state) or null")
-
-
-def plan_request_model(start_states: Sequence[type[BaseModel]]) -> type[PlanRequest]:
-    """:class:`PlanRequest` whose ``start_state`` is documented as any of ``start_states`` (the served envs'
-    models, so the OpenAPI schema shows what each env takes) or null. Validation here is only "object or
-    null": which model applies depends on ``env``, so the route checks that (422 with the field's path)."""
-    models = tuple(dict.fromkeys(start_states))
-    documented = Union[models + (type(None),)] if models else dict[str, Any] | None  # type: ignore[valid-type]
-    field = Annotated[dict[str, Any] | None, PlainValidator(_object_or_null, json_schema_input_type=documented)]
-    description = PlanRequest.model_fields["start_state"].description
-    return create_model("PlanRequest", __base__=PlanRequest, __doc__=PlanRequest.__doc__,
-                        start_state=(field, Field(None, description=description)))
 
 
 class CandidateOut(BaseModel):
@@ -146,12 +187,15 @@ PlanResponse = model_of(EpisodeTrace, "PlanResponse", steps=list[StepOut], execu
 
 
 class SessionCreate(_Req):
-    instruction: str = Field(..., max_length=100_000)
-    planner: str | None = Field(None, max_length=200, description="a served planner label; default the first")
-    env: str = Field("kitchen", max_length=100, description="whose skill set the session starts with")
+    instruction: not_blank(100_000) = Field(..., description="what the robot should do")
+    planner: str | None = Field(None, min_length=1, max_length=200, description="a served planner label; omitted or "
+                                "null: the first")
+    env: str | None = Field(None, min_length=1, max_length=100, description="whose skill set the session starts with; "
+                            "omitted: the server's first env")
     seed: json_int(ge=0, le=2**31 - 1) = Field(0)
-    skills: list[str] | None = Field(None, min_length=1, max_length=4096,
-                                     description="the robot's skills (omitted or null: the env's; never empty)")
+    skills: list[not_blank(100_000)] | None = Field(None, min_length=1, max_length=4096,
+                                               description="the robot's skills (omitted or null: the env's; never "
+                                               "empty)")
 
 
 class SessionInfo(BaseModel):
@@ -169,11 +213,13 @@ class ObservationIn(_Req):
     """What the robot observed: optionally a new skill set, a scene description, and its own affordance
     estimates p(c_π | s, ℓ_π) per skill (its value functions, SayCan Sec. 3)."""
 
-    skills: list[str] | None = Field(None, min_length=1, max_length=4096,
-                                     description="the robot's skills now, checked as at session creation (non-empty "
-                                     "labels, limits.max_skills); omitted or null: unchanged; never empty")
+    skills: list[not_blank(100_000)] | None = Field(None, min_length=1, max_length=4096,
+                                               description="the robot's skills now, checked as at session creation "
+                                               "(non-empty labels, limits.max_skills); omitted or null: unchanged; "
+                                               "never empty")
     text: str = Field("", max_length=20_000, description="scene description (Inner Monologue's scene feedback)")
-    affordances: dict[str, float] = Field(default_factory=dict, description="skill -> probability in [0, 1]")
+    affordances: dict[str, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, description="skill -> probability in [0, 1]")
 
 
 class FeedbackIn(_Req):
@@ -186,6 +232,61 @@ class FeedbackIn(_Req):
 class SessionStep(_Req):
     observation: ObservationIn = Field(default_factory=ObservationIn)
     feedback: FeedbackIn | None = Field(None, description="outcome of the previous skill (omit on the first step)")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def narrowed(base: type[M], name: str | None = None, /, **fields: tuple[Any, Any]) -> type[M]:
+    """``base`` with ``fields`` (field -> (type, default)) replaced by this server's narrower ones, keeping
+    each field's description, named ``name`` in the OpenAPI schema (default: as ``base``)."""
+    spec = {field: (tp, default if isinstance(default, FieldInfo)
+                    else Field(default, description=base.model_fields[field].description))
+            for field, (tp, default) in fields.items()}
+    return create_model(name or base.__name__, __base__=base, __doc__=base.__doc__, **spec)
+
+
+def one_of(names: Sequence[str]) -> Any:
+    """The type of a field naming one of ``names`` (served envs, planners, the model): an enum in the
+    schema, so an unknown or empty name is a 422 listing the served ones."""
+    return Literal[tuple(names)]  # type: ignore[valid-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServedModels:
+    """One server's request models (:func:`served_models`)."""
+
+    score: type[ScoreRequest]
+    plan: type[PlanRequest]
+    session: type[SessionCreate]
+    step: type[SessionStep]
+
+
+def served_models(config: "ServeConfig", start_states: Sequence[type[BaseModel]]) -> ServedModels:
+    """The request models of the server ``config`` describes: its env and planner names as enums (the env
+    defaults to its first), its ``limits`` as the schema's bounds, and ``start_state`` documented as any of
+    ``start_states`` (the served envs' models, so the OpenAPI schema shows what each env takes) or null.
+    A start state's validation here is only "object or null": which model applies depends on ``env``, so the
+    route checks that (422 with the field's path)."""
+    lim = config.limits
+    envs = one_of([e.name for e in config.envs])
+    planner = one_of([p.display for p in config.planners]) | None
+    models = tuple(dict.fromkeys(start_states))
+    documented = Union[models + (type(None),)] if models else dict[str, Any] | None  # type: ignore[valid-type]
+    start_state = Annotated[dict[str, Any] | None, PlainValidator(_object_or_null, json_schema_input_type=documented)]
+    skills = Annotated[list[not_blank(100_000)], Field(min_length=1, max_length=lim.max_skills)] | None
+    observation = narrowed(ObservationIn, skills=(skills, None))
+    observed = Field(default_factory=observation, description=SessionStep.model_fields["observation"].description)
+    return ServedModels(
+        score=narrowed(ScoreRequest, prompt=(Annotated[str, Field(max_length=lim.max_prompt_chars)], ...),
+                       options=(Annotated[list[not_blank(lim.max_option_chars)],
+                                          Field(min_length=1, max_length=lim.max_options)], ...)),
+        plan=narrowed(PlanRequest, env=(envs, config.envs[0].name), planner=(planner, None),
+                      instruction=(not_blank(lim.max_instruction_chars) | None, None),
+                      max_steps=(json_int(ge=1, le=lim.max_steps) | None, None), start_state=(start_state, None)),
+        session=narrowed(SessionCreate, env=(envs, config.envs[0].name), planner=(planner, None),
+                         instruction=(not_blank(lim.max_instruction_chars), ...), skills=(skills, None)),
+        step=narrowed(SessionStep, observation=(observation, observed)))
 
 
 class SessionStepResponse(BaseModel):

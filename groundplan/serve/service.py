@@ -23,9 +23,9 @@ import numpy as np
 from groundplan.actors.scorer import LLMScorer, import_plugins
 from groundplan.actors.worker import EpisodeWorker, WorkerSpec
 from groundplan.config import PlannerSpec
-from groundplan.core.errors import InvalidInputError
+from groundplan.core.errors import InvalidInputError, NotFoundError
 from groundplan.core.types import Decision, Observation, StepResult, Task
-from groundplan.core.validation import validate_instruction
+from groundplan.core.validation import some, validate_instruction
 from groundplan.envs import ENVS
 from groundplan.envs.base import StartStateError
 from groundplan.factory import make_planner
@@ -130,7 +130,7 @@ class PlannerService:
 
     # ------------------------------------------------------------------ shared
     def _label(self, planner: str | None) -> str:
-        label = planner or self.labels[0]
+        label = self.labels[0] if planner is None else planner  # only None means the default; "" is unknown
         self.config.planner_spec(label)  # unknown → UnknownNameError naming the served ones
         self._serves(label)
         return label
@@ -183,8 +183,9 @@ class PlannerService:
             with self._worker(job.env).borrow() as slot:
                 self._tasks[job.env] = {t.task_id: t for t in slot.env.tasks()}
         task = self._tasks[job.env].get(job.task_id)
-        if task is None:
-            raise InvalidInputError(f"env '{job.env}' has no task '{job.task_id}'")
+        if task is None:  # the env's task set is its data, looked up where the env lives, as a session is
+            raise NotFoundError(f"env '{job.env}' has no task '{job.task_id}'; it has: "
+                                f"{some(list(self._tasks[job.env]), 3) or 'none'}")
         return Task(task.task_id, job.instruction or task.instruction, task.family, task.goal,
                     task.start_state if job.start_state is None else job.start_state, task.reference_plan,
                     task.metadata)
@@ -243,8 +244,7 @@ class PlannerService:
     def create_session(self, request: dict[str, Any]) -> dict[str, Any]:
         label = self._label(request.get("planner"))
         instruction = validate_instruction(request.get("instruction", ""), self.config.limits.max_instruction_chars)
-        env_name = request.get("env") or "kitchen"
-        self.config.env_spec(env_name)
+        env_name = self.config.env_spec(_given(request, "env", self.config.envs[0].name)).name
         given = request.get("skills")  # [] is refused by _check_skills, never read as "the env's"
         skills = self._check_skills(self.env_skills(env_name) if given is None else given, "skills")
         rec = self.store.create(label, env_name, instruction, int(request.get("seed", 0)), list(skills))
@@ -318,19 +318,23 @@ class PlanJob:
 def resolve_plan(config: ServeConfig, request: Mapping[str, Any]) -> PlanJob:
     """Every check of a ``/v1/plan`` request that needs no env, once, before anything runs: the planner
     label, the step cap, the env, the start state and the instruction (the task id needs the env's task
-    list and is looked up where the env lives).
+    list and is looked up where the env lives: a :class:`NotFoundError` there). The API's request model
+    (:func:`~groundplan.serve.schemas.served_models`) already holds a body to all of these but the start
+    state's env data; they are checked here again for callers that pass a mapping. A name or task id
+    left out (or null) is the default, the server's first env or planner or an instruction of one's own;
+    an empty one is refused, never read as the default.
 
     ``max_steps`` may lower the server's ``limits.max_steps``, never raise it (refused rather than clamped,
     so the caller knows it got fewer steps than asked). The start state goes through its env's own parser
     (the one task files use: the schema, then what needs the env's data) from the env class alone; a
     schema error is a :class:`StartStateError` naming each field (the API answers 422 with their paths)."""
-    spec = config.planner_spec(request.get("planner") or config.planners[0].display)
+    spec = config.planner_spec(_given(request, "planner", config.planners[0].display))
     limit = config.limits.max_steps
     requested = request.get("max_steps")
     if requested is not None and requested > limit:
         raise InvalidInputError(f"max_steps is {requested}; this server's limit is {limit} (limits.max_steps): "
                                 f"ask for at most {limit}, or omit max_steps to get {limit}")
-    env = config.env_spec(request.get("env") or "kitchen").name
+    env = config.env_spec(_given(request, "env", config.envs[0].name)).name
     start_state = None
     if request.get("start_state") is not None:
         try:
@@ -339,12 +343,22 @@ def resolve_plan(config: ServeConfig, request: Mapping[str, Any]) -> PlanJob:
             raise
         except InvalidInputError as exc:
             raise InvalidInputError(f"start_state: {exc}") from None
-    task_id = request.get("task_id") or None
+    task_id = request.get("task_id")
+    if task_id is not None and not task_id.strip():
+        raise InvalidInputError("task_id is empty: name one of the env's tasks, or leave task_id out to run an "
+                                "instruction of your own")
     instruction = request.get("instruction")
-    if instruction or task_id is None:
+    if instruction is not None or task_id is None:
         instruction = validate_instruction(instruction or "", config.limits.max_instruction_chars)
     return PlanJob(spec, env, limit if requested is None else int(requested), int(request.get("seed", 0)), task_id,
-                   instruction or None, start_state)
+                   instruction, start_state)
+
+
+def _given(request: Mapping[str, Any], key: str, default: str) -> str:
+    """``request[key]``, or ``default`` when it is left out or null: an empty name is looked up (and refused
+    as unknown), never read as the default."""
+    value = request.get(key)
+    return default if value is None else value
 
 
 def local_store(config: ServeConfig) -> SessionStore:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from groundplan.core.errors import NotFoundError
+from groundplan.core.errors import ConflictError, InvalidInputError, NotFoundError
 from groundplan.core.stats import wilson_interval
 from groundplan.evaluation.compare import compare_folders
 from groundplan.evaluation.summary import summarize
@@ -110,8 +110,13 @@ class ViewerData:
     def compare(self, run_a: str, run_b: str) -> dict[str, Any]:
         """Two listed runs compared on the episodes they share: ``groundplan compare``'s dict
         (:func:`groundplan.evaluation.compare.compare_folders`). Differing env options, or no shared
-        episode, are an :class:`~groundplan.core.errors.InvalidInputError` that names them."""
-        result, _ = compare_folders(self._run(run_a), self._run(run_b))
+        episode, are a :class:`~groundplan.core.errors.ConflictError` that names them: both runs exist, what
+        they hold rules the comparison out."""
+        folder_a, folder_b = self._run(run_a), self._run(run_b)
+        try:
+            result, _ = compare_folders(folder_a, folder_b)
+        except InvalidInputError as exc:
+            raise ConflictError(str(exc)) from None
         result["run_a"], result["run_b"] = run_a, run_b
         return _finite(result)
 

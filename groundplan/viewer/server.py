@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from groundplan.core.errors import InvalidInputError, NotFoundError
+from groundplan.core.errors import ConflictError, InvalidInputError, NotFoundError
 from groundplan.viewer import STATIC
 from groundplan.viewer.data import ViewerData
 
@@ -50,7 +50,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise NotFoundError(f"no page {self.path!r}")
         except NotFoundError as exc:
             self._send(HTTPStatus.NOT_FOUND, json.dumps({"detail": str(exc)}).encode(), "application/json")
-        except InvalidInputError as exc:  # e.g. two runs that share no episode
+        except ConflictError as exc:  # e.g. two runs that share no episode
+            self._send(HTTPStatus.CONFLICT, json.dumps({"detail": str(exc)}).encode(), "application/json")
+        except InvalidInputError as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, json.dumps({"detail": str(exc)}).encode(), "application/json")
 
 
