@@ -58,3 +58,33 @@ def test_a_group_shuts_down_only_the_ray_it_started(monkeypatch):
     up["ray"] = False
     assert RunnerGroup(namespace="groundplan-serve", own_local=False).connect()
     assert calls == [{"address": None, "namespace": "groundplan-serve", "log_to_driver": False}]
+
+
+def test_a_start_cut_short_is_still_the_groups_to_shut_down(monkeypatch):
+    """A stop signal that reaches Ray's handler during ``ray.init`` (Serve's start-up) ends the start with
+    SystemExit and may leave half a session up; the group that began it still shuts it down on close,
+    while a group that found Ray up leaves it alone."""
+    from groundplan.actors.group import RunnerGroup
+
+    calls: list = []
+
+    def init(**kw):
+        calls.append("init")
+        raise SystemExit(15)
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    group = RunnerGroup(namespace="groundplan-serve", own_local=False)
+    with pytest.raises(SystemExit):
+        group.connect()
+    assert group.started
+    group.close()
+    assert calls == ["init", "shutdown"] and not group.started
+
+    calls.clear()
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    group = RunnerGroup(namespace="groundplan-serve", own_local=False)
+    assert group.connect() is False
+    group.close()
+    assert calls == []

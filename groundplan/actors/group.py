@@ -60,19 +60,29 @@ class RunnerGroup:
 
     @classmethod
     def for_runtime(cls, rt: RuntimeSpec, cpus_needed: float) -> RunnerGroup:
-        """The group a sweep's ``runtime:`` section asks for."""
+        """The group a ``runtime:`` section asks for (a sweep's or a collection's): local for ``executor:
+        local``, else Ray at ``address`` with at least ``cpus_needed`` logical CPUs for its actors."""
         return cls(local=rt.executor == "local", address=rt.address, cpus_needed=cpus_needed,
                    start_timeout_s=rt.start_timeout_s)
 
     # ------------------------------------------------------------------ the Ray session
     def connect(self) -> bool:
         """Join the cluster or start a local Ray, unless this process has one already (or the group is
-        local); True when this group did, and so shuts it down on :meth:`close`."""
+        local); True when this group did, and so shuts it down on :meth:`close`.
+
+        The group counts as the session's owner from just before ``ray.init``: a start cut short (a stop
+        signal that reaches Ray's handler while Serve's Ray starts) may have left half a session up, and
+        :meth:`close` must still take it down."""
         if self.local or self.started:
             return self.started
-        self.started = _connect(self.address, self.cpus_needed, self.log_to_driver, self.namespace, self.own_local,
-                                self.include_dashboard)
-        return self.started
+        import ray
+
+        if ray.is_initialized():
+            return False
+        self.started = True
+        _connect(self.address, self.cpus_needed, self.log_to_driver, self.namespace, self.own_local,
+                 self.include_dashboard)
+        return True
 
     def __enter__(self) -> RunnerGroup:
         self.connect()
@@ -97,8 +107,10 @@ class RunnerGroup:
             self._actors = []
         self._local_worker = None
         if self.started:
+            import ray
+
             self.started = False
-            disconnect()
+            ray.shutdown()
 
     # ------------------------------------------------------------------ actors
     def add_scorers(self, n: int, **scorer_options: Any) -> list[Any]:
@@ -168,6 +180,14 @@ class RunnerGroup:
         yield from self._pool.run(items, lambda worker, item: worker.run.remote(item), on_failure=on_failure)
 
 
+def pool_size(rt: RuntimeSpec, items: int) -> tuple[int, int]:
+    """(worker actors, items in flight) that a ``runtime:`` section asks for a run of ``items`` items:
+    ``rt.in_flight`` (default every env of every worker) but never more than the items, and no more workers
+    than those need (a sweep's and a collection's workers are sized alike)."""
+    in_flight = max(1, min(rt.in_flight or rt.workers * rt.envs_per_worker, items))
+    return min(rt.workers, -(-in_flight // rt.envs_per_worker)), in_flight
+
+
 def _run_here(worker: EpisodeWorker, items: Iterable[Any], on_failure: OnFailure | None) -> Iterator[Outcome]:
     for index, item in enumerate(items):
         try:
@@ -178,14 +198,6 @@ def _run_here(worker: EpisodeWorker, items: Iterable[Any], on_failure: OnFailure
             yield Outcome(index, item, ok=False, errors=[exc])
         else:
             yield Outcome(index, item, ok=True, value=value)
-
-
-def disconnect() -> None:
-    """Shut down this process's Ray session: for a caller that decided it owns that session (Serve,
-    which started it through a group's :meth:`RunnerGroup.connect`)."""
-    import ray
-
-    ray.shutdown()
 
 
 def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list[Any]:
@@ -204,23 +216,20 @@ def wait_for_actors(refs: list[Any], what: str, timeout_s: float | None) -> list
 
 
 def _connect(address: str | None, cpus_needed: float, log_to_driver: bool, namespace: str | None = None,
-             own_local: bool = True, include_dashboard: bool = False) -> bool:
-    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray of our own; True when this call
-    started or joined it, False when this process had a Ray already.
+             own_local: bool = True, include_dashboard: bool = False) -> None:
+    """Join a cluster (``address`` or RAY_ADDRESS) or start a local Ray of our own, in a process without Ray.
 
     A local Ray gets at least ``cpus_needed`` logical CPUs: actors' ``num_cpus`` are scheduling
     reservations, and on a 2-core machine the default sweep (a 1-CPU scorer and 4 half-CPU runners) would
     otherwise leave runners unschedulable and the sweep waiting forever."""
     import ray
 
-    if ray.is_initialized():
-        return False
     kwargs: dict[str, Any] = {"log_to_driver": log_to_driver}
     if namespace is not None:
         kwargs["namespace"] = namespace
     if not own_local:
         ray.init(address=address, **kwargs)
-        return True
+        return
     kwargs["include_dashboard"] = include_dashboard
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:
@@ -233,9 +242,8 @@ def _connect(address: str | None, cpus_needed: float, log_to_driver: bool, names
             # "local": a new Ray of our own even when a `ray start` cluster runs on this machine, which
             # ray.init() without an address would join (and then refuse num_cpus with a traceback)
             ray.init(address="local", **kwargs)
-        return True
+        return
     ray.init(address=address, **kwargs)
-    return True
 
 
 @contextlib.contextmanager

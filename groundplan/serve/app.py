@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from ray import serve
 
+from groundplan.actors.group import RunnerGroup
 from groundplan.actors.pool import classify_ray_error
 from groundplan.llm.base import LanguageModel, PromptLogprobs
 from groundplan.llm.client import HostClient
@@ -219,24 +220,25 @@ def run_server(config: ServeConfig, address: str | None = None, blocking: bool =
     it was started here (never a cluster joined at ``address``), and return the exit status 128 + the
     signal's number (130, 143); a signal during start-up stops it the same way. ``stop``: handlers the
     caller installed earlier (the CLI does, before importing Ray). Not blocking (tests): return 0 once
-    the app is running; the caller shuts down."""
-    import ray
+    the app is running; the caller shuts down.
 
+    The Ray session is a :class:`~groundplan.actors.group.RunnerGroup`'s, as every job's is: it joins or
+    starts Ray (letting Ray pick where an address-less session goes, in Serve's namespace) unless this
+    process has one, and its ``close`` takes down only a session it began."""
+    group = RunnerGroup(address=address, namespace="groundplan-serve", own_local=False)
     if not blocking:
-        if not ray.is_initialized():
-            _init_ray(address)
+        group.connect()
         _deploy(config, lm_factory)
         _await_running(config.name, StopSignals())
         return 0
 
     stop = stop or StopSignals()
     stop.install()
-    own_ray = not ray.is_initialized()
     try:
-        if own_ray and stop.received is None:
+        if stop.received is None:
             try:
                 with ray_processes_in_own_session():
-                    _init_ray(address)
+                    group.connect()
             except SystemExit as exc:  # SIGTERM during ray.init reached Ray's handler, which exits
                 if exc.code != signal.SIGTERM:
                     raise
@@ -251,14 +253,8 @@ def run_server(config: ServeConfig, address: str | None = None, blocking: bool =
     finally:
         if stop.received is not None:
             log.warning("groundplan serve: shutting down (%s)", stop.received.name)
-        _shutdown(config.name, own_ray)
+        _shutdown(config.name, group)
     return stop.exit_status
-
-
-def _init_ray(address: str | None) -> None:
-    from groundplan.actors.group import RunnerGroup
-
-    RunnerGroup(address=address, namespace="groundplan-serve", own_local=False).connect()
 
 
 def _deploy(config: ServeConfig, lm_factory: Callable[[], LanguageModel] | None) -> None:
@@ -292,8 +288,9 @@ def _last_line(message: str) -> str:
     return lines[-1] if lines else message
 
 
-def _shutdown(name: str, own_ray: bool) -> None:
-    """Serve, then the Ray this process started; failures are logged, not raised, so each step is
+def _shutdown(name: str, group: RunnerGroup) -> None:
+    """Serve, then the Ray session of ``group`` (the server's :class:`~groundplan.actors.group.RunnerGroup`,
+    which shuts down only a session it began); failures are logged, not raised, so each step is
     tried. Serve is shut down whole unless the cluster runs other applications too (then only
     application ``name`` is deleted). It is skipped when the Ray started here is already going down:
     a stop signal sent to every process of a cgroup (systemd's default) reaches Ray's own processes too
@@ -301,7 +298,7 @@ def _shutdown(name: str, own_ray: bool) -> None:
     and waiting on Serve's dead controller would only run into its 30 s timeout."""
     import ray
 
-    if ray.is_initialized() and not (own_ray and _ray_going_down()):
+    if ray.is_initialized() and not (group.started and _ray_going_down()):
         try:
             others = sorted(app for app in serve.status().applications if app != name)
             if others:
@@ -311,13 +308,10 @@ def _shutdown(name: str, own_ray: bool) -> None:
                 serve.shutdown()
         except Exception as exc:
             log.warning("Serve did not shut down cleanly: %s", exc)
-    if own_ray:
-        from groundplan.actors.group import disconnect
-
-        try:
-            disconnect()
-        except Exception as exc:
-            log.warning("Ray did not shut down cleanly: %s", exc)
+    try:
+        group.close()
+    except Exception as exc:
+        log.warning("Ray did not shut down cleanly: %s", exc)
 
 
 def _ray_going_down(settle_s: float = 1.0, poll_s: float = 0.1) -> bool:

@@ -20,7 +20,7 @@ import functools
 import logging
 from typing import Any, Callable, Protocol
 
-from groundplan.actors.group import RunnerGroup
+from groundplan.actors.group import RunnerGroup, pool_size
 from groundplan.actors.pool import error_text
 from groundplan.actors.worker import WorkerSpec
 from groundplan.config import EvalConfig
@@ -50,7 +50,7 @@ class LocalExecutor:
         if not specs:
             return {}
         cfg = self.cfg
-        with RunnerGroup(local=True) as group:
+        with RunnerGroup.for_runtime(cfg.runtime, cpus_needed=0) as group:
             group.add_workers(WorkerSpec(cfg.env, cfg.max_steps, lm=self.lm_factory, llm_name=cfg.llm.model or "",
                                          config_hash=cfg.hash()), 1)
             for out in group.run(specs):
@@ -81,13 +81,12 @@ class RayExecutor:
 
         rt, cfg = self.rt, self.cfg
         envs = rt.envs_per_worker
-        in_flight = max(1, min(rt.in_flight or rt.workers * envs, len(specs)))
-        n_workers = min(rt.workers, -(-in_flight // envs))
+        n_workers, in_flight = pool_size(rt, len(specs))
         stats: dict[str, Any] = {"num_workers": n_workers, "envs_per_worker": envs, "max_in_flight": in_flight,
                                  "num_scorers": rt.scorers,
                                  "episode_reruns": 0, "rerun_episodes": [], "failed_after_retries": 0}
         cpus = rt.scorers * rt.scorer_cpus + n_workers * rt.worker_cpus + 0.5 * rt.remote_affordance
-        with RunnerGroup(address=rt.address, cpus_needed=cpus, start_timeout_s=rt.start_timeout_s) as group:
+        with RunnerGroup.for_runtime(rt, cpus) as group:
             scorers = group.add_scorers(rt.scorers, num_gpus=rt.scorer_gpus, num_cpus=rt.scorer_cpus,
                                         resources=rt.scorer_resources or None, backend=cfg.llm.backend,
                                         model=cfg.llm.model, options=cfg.llm.options,
