@@ -35,22 +35,47 @@ def lm():
     return HFLanguageModel()
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    """A local Ray with 4 logical CPUs per test module; workers import groundplan and tests.fakes
-    from this checkout."""
+def _local_ray(**runtime_env):
+    """Start a local Ray with 4 logical CPUs whose workers import groundplan and the tests from this
+    checkout (``runtime_env`` adds to that); returns the ``ray`` module, for the caller to shut down."""
     ray = pytest.importorskip("ray")
     # at normal priority, as a sweep's own local Ray runs (Ray's default nice 15 starves the workers beside
     # any other job); only ray.init sees the variable
     before = os.environ.get("RAY_worker_niceness")
     os.environ.setdefault("RAY_worker_niceness", "0")
     try:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": ROOT}, **runtime_env})
     finally:
         if before is None:
             os.environ.pop("RAY_worker_niceness", None)
+    return ray
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray with 4 logical CPUs per test module; workers import groundplan and tests.fakes
+    from this checkout."""
+    ray = _local_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_crash_once():
+    """A local Ray for one test whose every worker process registers the env ``babyai_crash_once``
+    (``tests/faults.py``: the process that resets a chosen task exits, once) at start, as this process
+    does for the test's length; not for a module that also uses ``ray_local``."""
+    pytest.importorskip("minigrid")
+    from groundplan.envs import ENVS
+    from tests import faults
+
+    ray = _local_ray(worker_process_setup_hook="tests.faults.register")
+    faults.register()
+    yield faults.NAME
+    ray.shutdown()
+    for table in (ENVS._items, ENVS._configs):  # leave the registry as the other tests know it
+        table.pop(faults.NAME, None)
 
 
 @pytest.fixture

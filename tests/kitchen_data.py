@@ -14,7 +14,7 @@ def collect_kitchen(output_dir: str | Path, seeds: Sequence[int] = (0,), splits:
     from groundplan.pipelines.collect.collect import run_collect
     from groundplan.pipelines.collect.config import load_collect_config
 
-    cfg = load_collect_config(CONFIG, [f"output_dir={output_dir}", "executor=local", "mlflow=false",
+    cfg = load_collect_config(CONFIG, [f"output_dir={output_dir}", "runtime.executor=local", "runtime.mlflow=false",
                                        f"seeds={list(seeds)}", f"splits={list(splits)}"])
     result = run_collect(cfg, progress=False)
     assert not result.errors, result.errors

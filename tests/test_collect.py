@@ -22,10 +22,13 @@ EXPECTED = {
 }
 
 
-def config(tmp_path, **kw):
-    data = {"name": "t", "env": {"name": "babyai", "options": {"train_per_family": 2, "test_per_family": 1,
-                                                                 "generalize_per_family": 1}},
-            "executor": "local", "shard_size": 3, "output_dir": str(tmp_path / "out"), "mlflow": False}
+SMALL = {"train_per_family": 2, "test_per_family": 1, "generalize_per_family": 1}
+
+
+def config(tmp_path, runtime=None, **kw):
+    data = {"name": "t", "env": {"name": "babyai", "options": SMALL},
+            "runtime": {"executor": "local", "mlflow": False, **(runtime or {})},
+            "shard_size": 3, "output_dir": str(tmp_path / "out")}
     data.update(kw)
     return CollectConfig.model_validate(data)
 
@@ -99,7 +102,7 @@ def test_mlflow_store_under_output_and_nothing_in_cwd(tmp_path, monkeypatch):
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    cfg = config(tmp_path, mlflow=True, splits=["test"])
+    cfg = config(tmp_path, runtime={"mlflow": True}, splits=["test"])
     r = run_collect(cfg, progress=False)
     assert r.mlflow_run_id and (tmp_path / "out" / "mlruns" / "mlflow.db").exists()
     assert os.listdir(work) == []
@@ -113,17 +116,54 @@ def test_cli_collect(tmp_path, capsys):
 
     path = tmp_path / "c.yaml"
     path.write_text(f"name: c\nenv: {{name: babyai, options: {{test_per_family: 1}}}}\nsplits: [test]\n"
-                    f"executor: local\nmlflow: false\noutput_dir: {tmp_path / 'o'}\n")
+                    f"runtime: {{executor: local, mlflow: false}}\noutput_dir: {tmp_path / 'o'}\n")
     assert main(["collect", str(path), "--no-progress"]) == 0
     assert "4 new" in capsys.readouterr().out
     assert main(["collect", str(path), "--no-progress", "--set", "bogus=1"]) == 2  # unknown field named
+    capsys.readouterr()
+    assert main(["collect", str(path), "--no-progress", "--set", "workers=3"]) == 2  # a key that moved
+    out = " ".join(capsys.readouterr().out.split())
+    assert "'workers' is runtime.workers" in out and "Traceback" not in out
 
 
-def test_ray_pool_reruns_the_episode_of_a_dead_worker(tmp_path, ray_local):
-    cfg = config(tmp_path, executor="ray", workers=2, worker_cpus=1.0, splits=["train"])
-    victim = plan_items(cfg)[3].traj_id
+@pytest.mark.parametrize("old, new", [("executor", "runtime.executor"), ("workers", "runtime.workers"),
+                                      ("worker_cpus", "runtime.worker_cpus"), ("ray_address", "runtime.address"),
+                                      ("max_retries", "runtime.max_episode_retries"), ("mlflow", "runtime.mlflow")])
+def test_a_runtime_key_of_the_old_layout_is_refused_naming_its_new_place(tmp_path, old, new):
+    """A collect config written before the runtime: section fails at load, saying where the key went."""
+    from pydantic import ValidationError
+
+    data = {"name": "t", "env": {"name": "babyai"}, "output_dir": str(tmp_path), old: None}
+    with pytest.raises(ValidationError, match=f"'{old}' is {new}"):
+        CollectConfig.model_validate(data)
+
+
+def test_the_runtime_section_is_the_eval_one_less_the_scorers(tmp_path):
+    """Collection takes the eval config's runtime fields it has a use for, with its own defaults (2 workers
+    of a whole CPU, 2 reruns); a scorer field, which it would silently ignore, is refused."""
+    from pydantic import ValidationError
+
+    from groundplan.config import RuntimeSpec
+
+    rt = CollectConfig.model_validate({"name": "t", "env": {"name": "babyai"}, "output_dir": str(tmp_path)}).runtime
+    assert isinstance(rt, RuntimeSpec) and (rt.executor, rt.workers, rt.worker_cpus, rt.max_episode_retries) == (
+        "ray", 2, 1.0, 2)
+    for field, value in (("scorers", 2), ("scorer_gpus", 1.0), ("batch_window_ms", 1.0), ("remote_affordance", True)):
+        with pytest.raises(ValidationError, match=f"collection does not use runtime.{field}"):
+            config(tmp_path, runtime={field: value})
+    assert config(tmp_path, runtime={"envs_per_worker": 2, "worker_resources": {"sim": 1}}).runtime.envs_per_worker == 2
+
+
+def test_ray_pool_reruns_the_episode_of_a_dead_worker(tmp_path, ray_crash_once):
+    """A worker process that exits in the middle of a trajectory (the test env ``babyai_crash_once``,
+    tests/faults.py) is replaced and that trajectory rerun on a fresh worker: every trajectory is stored
+    once, none recorded as failed."""
     marker = tmp_path / "crashed"
-    r = run_collect(cfg, progress=False, fault={"traj_id": victim, "marker": str(marker)})
+    victim = plan_items(config(tmp_path, splits=["train"]))[3]
+    cfg = config(tmp_path, runtime={"executor": "ray", "workers": 2, "worker_cpus": 1.0}, splits=["train"],
+                 env={"name": ray_crash_once, "options": {**SMALL, "crash_task": victim.task.task_id,
+                                                          "crash_seed": victim.seed, "marker": str(marker)}})
+    r = run_collect(cfg, progress=False)
     assert marker.exists() and r.reruns == 1 and not r.errors
     ids = load_trajectories(cfg.data_dir).column("traj_id").to_pylist()
     assert sorted(ids) == sorted(i.traj_id for i in plan_items(cfg)) and len(ids) == len(set(ids)) == 8

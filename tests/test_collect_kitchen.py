@@ -41,7 +41,7 @@ def test_groundplan_collect_writes_a_store_the_readers_find(tmp_path, capsys):
 
     out = tmp_path / "kitchen"
     args = ["collect", str(CONFIG), "--no-progress"]
-    for override in ("seeds=[3]", f"output_dir={out}", "executor=local", "mlflow=false"):
+    for override in ("seeds=[3]", f"output_dir={out}", "runtime.executor=local", "runtime.mlflow=false"):
         args += ["--set", override]
     assert main(args) == 0, capsys.readouterr()
     table = load_trajectories(out / "data")

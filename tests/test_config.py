@@ -215,6 +215,11 @@ def test_shipped_train_configs_validate(path):
 @pytest.mark.parametrize("path", sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("collect_*.yaml")),
                          ids=lambda p: p.name)
 def test_shipped_collect_configs_validate(path):
+    """Each loads, its runtime: section as the config had it before the section existed: 2 Ray workers of a
+    whole CPU each, 2 reruns of a trajectory whose worker died, the dataset logged to MLflow."""
     from groundplan.pipelines.collect.config import load_collect_config
 
-    assert load_collect_config(path).splits
+    cfg = load_collect_config(path)
+    rt = cfg.runtime
+    assert cfg.splits and (rt.executor, rt.workers, rt.worker_cpus, rt.max_episode_retries, rt.mlflow) == (
+        "ray", 2, 1.0, 2, True)

@@ -16,12 +16,14 @@ from runtime import COLLECT, ROLLOUTS, collect_records, rollout_records  # noqa:
 pytest.importorskip("minigrid")
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
-def test_collection_gives_the_recorded_rows(executor, tmp_path, request):
+@pytest.mark.parametrize("executor, envs_per_worker", [("local", 1), ("ray", 1), ("ray", 2)])
+def test_collection_gives_the_recorded_rows(executor, envs_per_worker, tmp_path, request):
+    """In this process, on Ray workers with one env each, and on Ray workers that play two trajectories at
+    a time on two envs each (``runtime.envs_per_worker``, as a sweep's workers do)."""
     if executor == "ray":
         request.getfixturevalue("ray_local")
     want = json.loads(COLLECT.read_text())
-    got = collect_records(str(tmp_path / executor), executor)
+    got = collect_records(str(tmp_path / executor), executor, envs_per_worker)
     assert [r["traj_id"] for r in got] == [r["traj_id"] for r in want]
     for g, w in zip(got, want):
         assert g == w, g["traj_id"]

@@ -33,7 +33,7 @@ def collection(tmp_path_factory):
     out = tmp_path_factory.mktemp("collect")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        cfg = load_collect_config(CONFIG, [f"output_dir={out}", "executor=local", "mlflow=true", "seeds=[0]",
+        cfg = load_collect_config(CONFIG, [f"output_dir={out}", "runtime.executor=local", "runtime.mlflow=true", "seeds=[0]",
                                            "splits=[train]", "name=collect_tiny"])
         result = run_collect(cfg, progress=False)
     assert not result.errors and result.mlflow_run_id

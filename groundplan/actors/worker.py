@@ -27,7 +27,6 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from groundplan.actors.remote import ActorGuard
@@ -69,8 +68,7 @@ class WorkerSpec:
 
     ``lm`` builds one language model per env (a client of the scorer actors on Ray; the model itself in
     this process); None leaves the sweep without a model, which only a collection by an expert may.
-    ``source`` says who acts in collected trajectories; ``fault`` is the collection tests' crash hook
-    (:meth:`EpisodeWorker._maybe_crash`)."""
+    ``source`` says who acts in collected trajectories."""
 
     env: EnvSpec
     max_steps: int
@@ -81,7 +79,6 @@ class WorkerSpec:
     affordance_server: Any = None
     source: TrajectorySource | None = None
     max_admissible: int | None = None
-    fault: dict[str, str] | None = None
     #: build envs as concurrent calls need them, up to ``envs`` (the serve API, whose concurrency is a
     #: ceiling), instead of all up front (sweeps, which use every env from the start)
     envs_on_demand: bool = False
@@ -184,7 +181,6 @@ class EpisodeWorker:
         return out
 
     def _row(self, slot: _Slot, item: CollectItem) -> dict[str, Any]:
-        self._maybe_crash(item)
         planner = slot.trajectory_planner()
         row = run_trajectory(slot.env, item.task, item.seed, planner, source=slot.label, split=item.split,
                              traj_id=item.traj_id, max_steps=self.spec.max_steps,
@@ -205,18 +201,6 @@ class EpisodeWorker:
 
     def healthy(self) -> bool:
         return True
-
-    def _maybe_crash(self, item: CollectItem) -> None:
-        """Fault injection for tests: ``fault={"traj_id": id, "marker": path}`` kills this worker process
-        the first time it starts that trajectory (the marker file records that it happened)."""
-        fault = self.spec.fault
-        if not fault or item.traj_id != fault.get("traj_id"):
-            return
-        marker = Path(fault["marker"])
-        if not marker.exists():
-            marker.write_text("crashed")
-            log.warning("fault injection: worker %d exits on %s", os.getpid(), item.traj_id)
-            os._exit(1)
 
 
 def _remote_affordance(server: Any) -> Callable[[PlannerSpec, str], Any]:

@@ -21,23 +21,24 @@ ROLLOUTS = HERE / "expected_pointnav_rollouts.json"
 log = logging.getLogger(__name__)
 
 
-def collect_config(output_dir: str, executor: str) -> Any:
+def collect_config(output_dir: str, executor: str, envs_per_worker: int = 1) -> Any:
     """Two babyai tasks per train family, one per test family, seeds 0 and 1, expert actions."""
     from groundplan.pipelines.collect.config import CollectConfig
 
     return CollectConfig.model_validate({
         "name": "golden", "env": {"name": "babyai", "options": {"train_per_family": 2, "test_per_family": 1,
                                                                  "generalize_per_family": 1}},
-        "seeds": [0, 1], "executor": executor, "workers": 2, "worker_cpus": 1.0, "shard_size": 5,
-        "output_dir": output_dir, "mlflow": False})
+        "seeds": [0, 1], "runtime": {"executor": executor, "workers": 2, "worker_cpus": 1.0, "mlflow": False,
+                                     "envs_per_worker": envs_per_worker},
+        "shard_size": 5, "output_dir": output_dir})
 
 
-def collect_records(output_dir: str, executor: str) -> list[dict[str, Any]]:
+def collect_records(output_dir: str, executor: str, envs_per_worker: int = 1) -> list[dict[str, Any]]:
     """Every stored row of a fresh collection, sorted by trajectory id (shards hold them in finishing order)."""
     from groundplan.datasets import load_trajectories
     from groundplan.pipelines.collect.collect import run_collect
 
-    cfg = collect_config(output_dir, executor)
+    cfg = collect_config(output_dir, executor, envs_per_worker)
     result = run_collect(cfg, progress=False, fresh=True)
     if result.errors:
         raise RuntimeError(f"collection failed: {result.errors}")

@@ -2,12 +2,12 @@
 Parquet, resumable and exactly once (SayCanPay Sec. 4/6: N expert trajectories per env and split).
 
 The driver lists each split's deterministic tasks, drops the trajectory ids already stored (a rerun
-resumes), and hands the rest to the :class:`~groundplan.actors.worker.EpisodeWorker` of a
-:class:`~groundplan.actors.group.RunnerGroup`: one in this process (``executor: local``) or a pool of
-actors (one env each). Each finished trajectory is
-appended at once to the store (:class:`~groundplan.datasets.store.ShardWriter`); an episode whose
-worker died is rerun on a fresh worker (up to ``max_retries``); an episode that raised is logged and
-left for the next run. At
+resumes), and hands the rest to the :class:`~groundplan.actors.worker.EpisodeWorker` of the
+:class:`~groundplan.actors.group.RunnerGroup` its ``runtime:`` section asks for: one in this process
+(``runtime.executor: local``) or a pool of actors (``runtime.workers``, each with
+``runtime.envs_per_worker`` envs). Each finished trajectory is appended at once to the store
+(:class:`~groundplan.datasets.store.ShardWriter`); an episode whose worker died is rerun on a fresh worker
+(up to ``runtime.max_episode_retries``); an episode that raised is logged and left for the next run. At
 the end the dataset is logged to MLflow (schema, counts per split) with the tracking store under the
 output folder.
 """
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
-from groundplan.actors.group import RunnerGroup
+from groundplan.actors.group import RunnerGroup, pool_size
 from groundplan.actors.pool import is_app_error
 from groundplan.actors.worker import CollectItem, TrajectorySource, WorkerSpec
 from groundplan.core.types import Task
@@ -105,17 +105,17 @@ def check_stored_tasks(items: list[CollectItem], stored: dict[str, str], data_di
 
 
 def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = False,
-                stop_after: int | None = None, fault: dict[str, str] | None = None) -> CollectResult:
+                stop_after: int | None = None) -> CollectResult:
     """Collect every trajectory of ``cfg`` not stored yet; returns what this run did.
 
-    ``fresh`` deletes the stored shards first. Test hooks: ``stop_after`` raises
+    ``fresh`` deletes the stored shards first. Test hook: ``stop_after`` raises
     :class:`CollectInterrupted` after that many appends (the open journal is left as a crash leaves
-    it); ``fault`` is passed to the Ray workers (see :meth:`EpisodeWorker._maybe_crash`)."""
-    if cfg.mlflow:  # a tracking server that is down fails now, not after the collection
+    it)."""
+    if cfg.runtime.mlflow:  # a tracking server that is down fails now, not after the collection
         from groundplan.pipelines.tracking import check_tracking_server, resolve_tracking_uri
 
         check_tracking_server(resolve_tracking_uri(cfg.output_dir),
-                              hint="collect without tracking (mlflow: false in the collect config)")
+                              hint="collect without tracking (runtime.mlflow: false in the collect config)")
     if cfg.source.kind == "planner" and cfg.source.planner is not None:  # an LLM server that cannot score
         from groundplan.config import probe_llm_needs
 
@@ -142,37 +142,41 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
                 raise CollectInterrupted(f"stopped after {stop_after} trajectories (test hook)")
 
         if todo:
-            _run(cfg, todo, sink, result, fault)
+            _run(cfg, todo, sink, result)
     result.wall_s = time.perf_counter() - start
     if data_dir.exists() and any(data_dir.glob("part-*.parquet")):
         table = load_trajectories(data_dir)
         result.counts = dict(Counter(table.column("split").to_pylist()))
         ok = [s for s, good in zip(table.column("split").to_pylist(), table.column("success").to_pylist()) if good]
         result.successes = dict(Counter(ok))
-        if cfg.mlflow:
+        if cfg.runtime.mlflow:
             result.mlflow_run_id = log_dataset(cfg, table, result)
     return result
 
 
-def _run(cfg: CollectConfig, todo: list[CollectItem], sink: Callable, result: CollectResult,
-         fault: dict[str, str] | None) -> None:
+def _run(cfg: CollectConfig, todo: list[CollectItem], sink: Callable, result: CollectResult) -> None:
     """``todo`` on the workers of a runner group; rows reach ``sink`` in this thread. On Ray a worker
-    that died (``max_restarts=0``) is replaced and its trajectory rerun, at most ``cfg.max_retries``
-    times; a trajectory that raised is recorded in ``result.errors`` and not rerun (it would raise again;
-    the next run retries it)."""
-    local = cfg.executor == "local"
+    that died (``max_restarts=0``) is replaced and its trajectory rerun, at most
+    ``runtime.max_episode_retries`` times; a trajectory that raised is recorded in ``result.errors`` and not
+    rerun (it would raise again; the next run retries it)."""
+    rt = cfg.runtime
+    local = rt.executor == "local"
+    n_workers, in_flight = pool_size(rt, len(todo))
     s = cfg.source
-    spec = WorkerSpec(cfg.env, cfg.max_steps, source=TrajectorySource(expert=s.expert, planner=s.planner, llm=s.llm)
+    spec = WorkerSpec(cfg.env, cfg.max_steps, envs=1 if local else rt.envs_per_worker,
+                      source=TrajectorySource(expert=s.expert, planner=s.planner, llm=s.llm)
                       if s.kind == "planner" else TrajectorySource(expert=s.expert),
-                      max_admissible=cfg.max_admissible, fault=None if local else fault)
+                      max_admissible=cfg.max_admissible)
 
     def failed_attempt(item: CollectItem, exc: BaseException, attempt: int, will_retry: bool) -> None:
         if will_retry:
             log.warning("worker died on %s (attempt %d); rerunning", item.traj_id, attempt)
             result.reruns += 1
 
-    with RunnerGroup(local=local, address=cfg.ray_address, cpus_needed=cfg.workers * cfg.worker_cpus) as group:
-        group.add_workers(spec, min(cfg.workers, len(todo)), num_cpus=cfg.worker_cpus, max_retries=cfg.max_retries)
+    with RunnerGroup.for_runtime(rt, cpus_needed=n_workers * rt.worker_cpus) as group:
+        group.add_workers(spec, n_workers, num_cpus=rt.worker_cpus, resources=rt.worker_resources or None,
+                          max_in_flight=in_flight, max_retries=rt.max_episode_retries,
+                          call_timeout_s=rt.call_timeout_s, what="collection workers")
         for out in group.run(todo, on_failure=failed_attempt):
             item = out.item
             if out.ok:
@@ -197,8 +201,8 @@ def log_dataset(cfg: CollectConfig, table: Any, result: CollectResult) -> str:
     use_experiment(cfg.name, cfg.output_dir, resolve_tracking_uri(cfg.output_dir))
     with mlflow.start_run(run_name=f"{cfg.name}-{time.strftime('%Y%m%d-%H%M%S')}") as run:
         mlflow.log_params({"env": cfg.env.name, "env_options": str(cfg.env.options)[:500],
-                           "source": source_label(cfg), "splits": ",".join(cfg.splits), "workers": cfg.workers,
-                           "executor": cfg.executor, "data_dir": str(cfg.data_dir.resolve())})
+                           "source": source_label(cfg), "splits": ",".join(cfg.splits), "workers": cfg.runtime.workers,
+                           "executor": cfg.runtime.executor, "data_dir": str(cfg.data_dir.resolve())})
         metrics: dict[str, float] = {"trajectories": float(table.num_rows), "appended": float(result.appended),
                                      "skipped": float(result.skipped), "reruns": float(result.reruns),
                                      "errors": float(len(result.errors)), "wall_s": result.wall_s}
