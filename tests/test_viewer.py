@@ -87,18 +87,36 @@ def test_data_side(sweep):
     assert wilson(0, 0) == (0.0, 1.0) and wilson(5, 10)[0] == pytest.approx(0.2366, abs=1e-3)
 
 
+def chromium_and_driver() -> tuple[str | None, str | None]:
+    """Chromium and ChromeDriver as found on ``PATH`` (the README's test command installs both there:
+    Debian's ``chromium``, ``chromium-driver``; other systems name the browser ``chromium-browser``)."""
+    return shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
+
+
+def test_the_browser_and_its_driver_are_looked_up_on_path(tmp_path, monkeypatch):
+    """Wherever ``PATH`` puts them, not at a fixed /usr/bin path."""
+    for name in ("chromium-browser", "chromedriver"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert chromium_and_driver() == (str(tmp_path / "chromium-browser"), str(tmp_path / "chromedriver"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert chromium_and_driver() == (None, None)
+
+
 @pytest.fixture(scope="module")
 def browser():
-    if not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()) or not Path("/usr/bin/chromedriver").exists():
-        require_in_ci("no Chromium and ChromeDriver (Debian: apt-get install chromium chromium-driver)")
+    chromium, chromedriver = chromium_and_driver()
+    if chromium is None or chromedriver is None:
+        require_in_ci("no Chromium and ChromeDriver on PATH (Debian: apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
+    opts.binary_location = chromium
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    driver = webdriver.Chrome(service=Service(chromedriver), options=opts)
     yield driver
     driver.quit()
 
