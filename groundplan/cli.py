@@ -50,7 +50,7 @@ def _plan_llm(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from groundplan.config import PlannerSpec, check_llm_needs, probe_llm_needs
+    from groundplan.config import PlannerSpec, check_llm_needs, check_say_model, probe_llm_needs, say_model_card
     from groundplan.core.types import Task
     from groundplan.core.validation import validate_instruction
     from groundplan.factory import build_env, make_llm, make_planner
@@ -67,13 +67,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         affordance = env.default_affordance()
     # the charts show every option's scores, so SayCan's exact pruning (on in eval) is off here
     options = {"prune": False} if args.planner in ("saycan", "saycan_novf") else {}
-    spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None, options=options)
     llm = _plan_llm(args)
+    card = say_model_card(llm)
+    if card is not None and card.get("planner") == args.planner:  # a fine-tuned Say model reads its own format
+        options = {**card.get("planner_options", {}), **options}
+    spec = PlannerSpec(name=args.planner, affordance=affordance if affordance != "none" else None, options=options)
     try:
         check_llm_needs(llm, [spec])
     except ValueError as e:
         raise InvalidInputError(str(e)) from None
     probe_llm_needs(llm, [spec])  # a server that cannot score is refused before the episode, quoting its answer
+    check_say_model(llm, [spec])  # a fine-tuned Say model read through another prompt format is refused
     lm = make_llm(llm)
     planner = make_planner(spec, lm, args.max_steps)
     task = Task(task_id="cli", instruction=instruction, family="cli", goal=None)
@@ -236,7 +240,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from groundplan.evaluation.compare import compare_folders
 
     planners = [p.strip() for p in args.planners.split(",") if p.strip()] if args.planners else None
-    result, text = compare_folders(args.run_a, args.run_b, planners, ignore_env_options=args.ignore_env_options)
+    pairs: dict[str, str] = {}
+    for item in args.pair or []:
+        a, sep, b = item.partition("=")
+        if not sep or not a.strip() or not b.strip():
+            raise InvalidInputError(f"--pair takes A_LABEL=B_LABEL, got {item!r}")
+        pairs[a.strip()] = b.strip()
+    result, text = compare_folders(args.run_a, args.run_b, planners, ignore_env_options=args.ignore_env_options,
+                                   pairs=pairs)
     console.print(text, markup=False, highlight=False, soft_wrap=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
@@ -277,11 +288,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         import_plugins()  # $GROUNDPLAN_PLUGINS: backends of one's own, registered before the config names one
         cfg = load_serve_config(args.config, list(args.set or []))
-        from groundplan.config import probe_llm_needs, with_fields
+        from groundplan.config import check_say_model, probe_llm_needs, with_fields
 
         if args.port is not None:  # validated like the YAML's port (1-65535)
             cfg = with_fields(cfg, {"port": args.port}, f"--port for serve config {args.config}")
         probe_llm_needs(cfg.llm, cfg.planners)  # an LLM server that cannot score is refused before serving
+        check_say_model(cfg.llm, cfg.planners)  # and a fine-tuned Say model read through another prompt format
         if stop.received is not None:
             return stop.exit_status
         console.print(f"groundplan serve: http://{cfg.host}:{cfg.port}/ (API under /v1, OpenAPI at /docs)")
@@ -339,7 +351,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _train_kind(path: str) -> str | None:
-    """The ``kind`` field of a training YAML ('pointnav'), or None (a Can/Pay config); unreadable files
+    """The ``kind`` field of a training YAML ('pointnav', 'say'), or None (a Can/Pay config); unreadable files
     are left to the config loader, which reports them."""
     import yaml
 
@@ -365,6 +377,15 @@ def cmd_train(args: argparse.Namespace) -> int:
                       f"test point-goal episodes (n={int(m['test_n'])}): learned SR {100 * m['test_sr']:.1f}% "
                       f"[{100 * m['test_sr_lo']:.1f}, {100 * m['test_sr_hi']:.1f}] SPL {m['test_spl']:.3f}; "
                       f"A* SR {100 * m['astar_sr']:.1f}% SPL {m['astar_spl']:.3f}", markup=False)
+        return 0
+    if _train_kind(args.config) == "say":
+        from groundplan.pipelines.train.say import load_say_config, run_train_say
+
+        res = run_train_say(load_say_config(args.config, list(args.set or [])), progress=not args.no_progress)
+        shown = " ".join(f"{k}={v:.4f}" for k, v in res.metrics.items() if k.startswith("eval_"))
+        console.print(f"registered {res.model_uri} ({shown}; {res.counts['train_rows']} train / "
+                      f"{res.counts['val_rows']} validation examples) in {res.tracking_uri}; files: {res.model_dir}",
+                      markup=False)
         return 0
     result = run_train(load_train_config(args.config, list(args.set or [])), progress=not args.no_progress)
     shown = " ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.startswith("val_"))
@@ -539,14 +560,18 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--ignore-env-options", action="store_true",
                     help="pair the episodes even though the runs' env options differ (the report says so)")
     cp.add_argument("--json", default=None, metavar="PATH", help="also write the comparison as JSON to PATH")
+    cp.add_argument("--pair", action="append", default=None, metavar="A_LABEL=B_LABEL",
+                    help="pair A's planner A_LABEL with B's B_LABEL (e.g. a frozen row with its fine-tuned twin whose "
+                    "label names another prompt); repeatable")
     cp.set_defaults(func=cmd_compare)
 
     r = sub.add_parser("report", help="render HTML pages (frames, prompts, feedback, scores) for a run's episodes")
     r.add_argument("run", help="a run folder, e.g. outputs/inner_monologue_tabletop")
     r.set_defaults(func=cmd_report)
 
-    t = sub.add_parser("train", help="train a SayCanPay Can or Pay model on Ray Train, or SayNav's point-goal policy "
-                       "with RLlib (a config with kind: pointnav), and register it in MLflow")
+    t = sub.add_parser("train", help="train a SayCanPay Can or Pay model on Ray Train, fine-tune the planner's LM (Say; "
+                       "a config with kind: say) on Ray Train, or SayNav's point-goal policy with RLlib (kind: pointnav), "
+                       "and register it in MLflow")
     t.add_argument("config", help="e.g. configs/train_can_kitchen.yaml")
     add_shared_options(t, set="override a config field, e.g. epochs=5", no_progress=True)
     t.set_defaults(func=cmd_train)

@@ -68,6 +68,52 @@ def check_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
                                  "generates)")
 
 
+def say_model_card(llm: "LLMSpec") -> dict[str, Any] | None:
+    """The ``say.json`` of a fine-tuned Say model named by ``llm.model`` (an MLflow model URI, or a folder
+    holding one), or None for any other model. Resolving a ``models:/`` URI reads the MLflow store named by
+    ``llm.options.tracking_uri`` (downloading the model once into the cache)."""
+    from groundplan.llm.loading import SAY_MODEL_FILE, is_model_uri
+
+    if llm.backend != "hf":
+        return None
+    folder: Path | None = None
+    if is_model_uri(llm.model):
+        from groundplan.core.model_uri import resolve_model_folder
+
+        folder = resolve_model_folder(llm.model, llm.options.get("tracking_uri"), SAY_MODEL_FILE, "Say model", "say")
+    elif (Path(llm.model) / SAY_MODEL_FILE).is_file():
+        folder = Path(llm.model)
+    if folder is None:
+        return None
+    card = json.loads((folder / SAY_MODEL_FILE).read_text())
+    card["folder"] = str(folder)
+    return card
+
+
+def check_say_model(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
+    """Refuse a planner that would read a fine-tuned Say model through another prompt format than the one it
+    was trained on (:func:`~groundplan.planners.base.prompt_fingerprint`); raises InvalidInputError naming
+    both. A model name that is not a Say model is not checked (a model URI that does not exist fails here,
+    before anything is built)."""
+    card = say_model_card(llm)
+    if card is None:
+        return
+    from groundplan.planners.base import prompt_fingerprint
+
+    for p in planners:
+        for variant in p.variants():
+            fmt = variant.planner_options.prompt_format
+            mine = prompt_fingerprint(variant.name, fmt)
+            if mine != card.get("prompt_fingerprint"):
+                raise InvalidInputError(
+                    f"planner '{variant.display}' reads {llm.model} through prompt format {mine} "
+                    f"({variant.name}: {json.dumps(fmt, sort_keys=True, default=str)}), but the model was trained on "
+                    f"format {card.get('prompt_fingerprint')} ({card.get('planner')}: "
+                    f"{json.dumps(card.get('prompt_format'), sort_keys=True, default=str)}); a model scored on "
+                    "another format than it was trained on measures nothing: use the training config's planner "
+                    "and prompt options")
+
+
 def probe_llm_needs(llm: "LLMSpec", planners: Sequence["PlannerSpec"]) -> None:
     """Ask the LLM backend's server, once, whether it does what the planners need where its declared
     capabilities cannot know (:func:`groundplan.llm.probe_backend`): an ``openai`` backend in completions

@@ -3,6 +3,7 @@ intervals, Holm-adjusted McNemar tests and paired differences of the env's measu
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,21 @@ def test_folders_report_and_refusal_on_different_env_options(tmp_path, capsys):
     assert cli.main(["compare", str(run_a), str(other), "--ignore-env-options", "--json", str(path)]) == 0
     assert "paired anyway" in capsys.readouterr().out
     assert json.loads(path.read_text())["env_option_differences"]
+
+
+def test_pair_compares_a_planner_with_a_differently_labelled_one(tmp_path, capsys):
+    """A fine-tuned row and its frozen twin whose labels name different prompts: --pair A=B pairs them."""
+    a, b = runs()
+    run_a = run_folder(tmp_path / "a" / "house", a)
+    run_b = run_folder(tmp_path / "b" / "house", [replace(t, planner="SayNav [ft]") if t.planner == "SayNav" else t
+                                                  for t in b])
+    result, text = compare_folders(run_a, run_b)
+    assert "SayNav" not in result["planners"] or not result["planners"].get("SayNav")
+    result, text = compare_folders(run_a, run_b, pairs={"SayNav": "SayNav [ft]"})
+    assert "solved only in A 0 / only in B 5 of 10" in text and "A's planner 'SayNav' is paired with B's 'SayNav [ft]'" in text
+    assert cli.main(["compare", str(run_a), str(run_b), "--pair", "SayNav=Nope"]) == 2
+    assert "not a planner of" in capsys.readouterr().out
+    assert cli.main(["compare", str(run_a), str(run_b), "--pair", "SayNav"]) == 2
 
 
 def test_compare_two_real_eval_runs_end_to_end(tmp_path, monkeypatch, capsys):

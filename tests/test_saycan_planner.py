@@ -11,13 +11,8 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Observation, Task
 from groundplan.llm.base import LanguageModel
 from groundplan.planners import PLANNERS
-from groundplan.planners.saycan import (
-    GenerativePlanner,
-    SayCanConfig,
-    SayCanPlanner,
-    available_prompts,
-    load_prompt,
-)
+from groundplan.planners.prompt_files import available_prompts, load_prompt
+from groundplan.planners.saycan import GenerativePlanner, SayCanConfig, SayCanPlanner
 
 SKILLS = ToyEnv.SKILLS
 TASK = ToyEnv().tasks()[0]

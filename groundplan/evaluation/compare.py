@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
@@ -257,15 +257,27 @@ def compare_report(result: dict[str, Any], name_a: str = "A", name_b: str = "B",
     return "\n".join(lines) + "\n"
 
 
+def relabel(traces: Sequence[EpisodeTrace], labels: Mapping[str, str]) -> list[EpisodeTrace]:
+    """``traces`` with each planner label in ``labels`` replaced by its value (the other run's label it is paired
+    with: a fine-tuned model's row against its frozen twin's, whose labels name their prompts differently)."""
+    return [replace(t, planner=labels[t.planner]) if t.planner in labels else t for t in traces]
+
+
 def compare_folders(run_a: str | Path, run_b: str | Path, planners: Sequence[str] | None = None,
-                    ignore_env_options: bool = False) -> tuple[dict[str, Any], str]:
+                    ignore_env_options: bool = False, pairs: Mapping[str, str] | None = None) -> tuple[dict[str, Any], str]:
     """``groundplan compare``: read both runs as ``groundplan tables`` does (a run folder or a folder of
     runs), refuse differing env options before any pairing (unless ``ignore_env_options``), pair and
-    compare; returns the dict form and the report text."""
+    compare; returns the dict form and the report text. ``pairs`` maps a planner label of A to a label of
+    B to pair it with (default: the same label)."""
     folders_a, folders_b = run_folders([run_a]), run_folders([run_b])
     notes = check_env_options(run_configs(folders_a), run_configs(folders_b), ignore=ignore_env_options)
-    paired = pair_runs(with_config_declarations(run_traces(folders_a), run_configs(folders_a)),
-                       with_config_declarations(run_traces(folders_b), run_configs(folders_b)), planners)
+    traces_b = with_config_declarations(run_traces(folders_b), run_configs(folders_b))
+    if pairs:
+        missing = [b for b in pairs.values() if b not in {t.planner for t in traces_b}]
+        if missing:
+            raise InvalidInputError(f"--pair names {missing}, not a planner of {run_b}")
+        traces_b = relabel(traces_b, {b: a for a, b in pairs.items()})
+    paired = pair_runs(with_config_declarations(run_traces(folders_a), run_configs(folders_a)), traces_b, planners)
     if not any(paired.shared.values()):
         raise InvalidInputError(f"{run_a} and {run_b} share no episode (same planner label, env, task and seed); "
                                 f"planners in A: {', '.join([*paired.shared, *paired.planners_only_a]) or 'none'}, "
@@ -274,4 +286,5 @@ def compare_folders(run_a: str | Path, run_b: str | Path, planners: Sequence[str
     result["run_a"], result["run_b"] = str(run_a), str(run_b)
     result["env_option_differences"] = notes
     notes = [f"env options differ, paired anyway (--ignore-env-options): {n}" for n in notes]
+    notes += [f"A's planner '{a}' is paired with B's '{b}'" for a, b in (pairs or {}).items()]
     return result, compare_report(result, str(run_a), str(run_b), notes)

@@ -67,7 +67,8 @@ class HFLanguageModel:
     """The default :class:`~groundplan.llm.base.LanguageModel`, backed by transformers.
 
     Args:
-        model: an embedded model name (``smollm2-135m-instruct``), a Hugging Face id or a local path.
+        model: an embedded model name (``smollm2-135m-instruct``), a Hugging Face id, a local path, or the
+            MLflow URI of a fine-tuned Say model (``models:/say-babyai/1``, resolved in ``tracking_uri``).
         dtype: ``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
         device_map: passed to ``from_pretrained`` when a GPU is present (accelerate placement).
         embedder: sentence encoder for :meth:`embed`.
@@ -93,6 +94,7 @@ class HFLanguageModel:
         batched_forward: str = "auto",
         max_batch_rows: int = 16,
         beam_memo_size: int = 20000,
+        tracking_uri: str | None = None,
     ) -> None:
         # options are checked before the model loads, so a bad one costs no load
         if max_pack_tokens < 1:
@@ -100,7 +102,7 @@ class HFLanguageModel:
         check_batch_options(batched_forward, max_batch_rows)
         if beam_memo_size < 0:
             raise InvalidInputError("beam_memo_size must be >= 0 (0 disables the memo)")
-        loaded = load_causal_lm(model, dtype=dtype, device_map=device_map)
+        loaded = load_causal_lm(model, dtype=dtype, device_map=device_map, tracking_uri=tracking_uri)
         self.name = model
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer

@@ -168,9 +168,23 @@ def _resolve_chunked(name: str) -> Path:
     return target
 
 
-def resolve_model_path(name: str) -> str:
-    """An embedded model name → its converted local folder (converting once); anything else is
-    passed through to ``from_pretrained`` as a Hub id or local path."""
+#: the file that marks a fine-tuned Say model's folder (``groundplan train`` with a Say config)
+SAY_MODEL_FILE = "say.json"
+
+
+def is_model_uri(name: str) -> bool:
+    """True for an MLflow model URI (``models:/say-babyai/1``, ``runs:/<id>/model``)."""
+    return name.startswith(("models:/", "runs:/"))
+
+
+def resolve_model_path(name: str, tracking_uri: str | None = None) -> str:
+    """An embedded model name → its converted local folder (converting once); an MLflow model URI of a
+    fine-tuned Say model → its downloaded folder (resolved in ``tracking_uri``, else ``MLFLOW_TRACKING_URI``);
+    anything else is passed through to ``from_pretrained`` as a Hub id or local path."""
+    if is_model_uri(name):
+        from groundplan.core.model_uri import resolve_model_folder
+
+        return str(resolve_model_folder(name, tracking_uri, SAY_MODEL_FILE, "Say model", "say"))
     if not is_embedded(name):
         return name
     if _EMBEDDED_LLMS[name].chunked:
@@ -225,8 +239,10 @@ def _torch_dtype(dtype: str):
         raise ValueError(f"unknown dtype '{dtype}'; valid: auto, float32, bfloat16, float16") from None
 
 
-def load_causal_lm(name: str, dtype: str = "auto", device_map: str | None = "auto") -> LoadedModel:
-    """Load (once per process) a causal LM and its fast tokenizer.
+def load_causal_lm(name: str, dtype: str = "auto", device_map: str | None = "auto",
+                   tracking_uri: str | None = None) -> LoadedModel:
+    """Load (once per process) a causal LM and its fast tokenizer; ``tracking_uri`` resolves an MLflow
+    model URI (:func:`resolve_model_path`).
 
     ``device_map="auto"`` places the model with accelerate when a GPU is present and stays on the CPU
     otherwise. Attention is forced to SDPA because shared-prefix scoring needs custom 4-D masks.
@@ -240,7 +256,7 @@ def load_causal_lm(name: str, dtype: str = "auto", device_map: str | None = "aut
             return _REGISTERED[name]
         if key in _LOADED:
             return _LOADED[key]
-        path = resolve_model_path(name)
+        path = resolve_model_path(name, tracking_uri)
         kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype), "attn_implementation": "sdpa"}
         if device_map is not None and torch.cuda.is_available():
             kwargs["device_map"] = device_map

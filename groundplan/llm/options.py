@@ -47,6 +47,9 @@ class HFOptions(BackendOptions):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dtype: str = Field("auto", description="torch dtype: 'auto' (bf16 on GPU, fp32 on CPU), 'float32', 'bfloat16', 'float16'")
+    tracking_uri: str | None = Field(None, description="MLflow tracking/registry URI that resolves an llm.model of "
+                                     "the form models:/<name>/<version> (a fine-tuned Say model); None: "
+                                     "MLFLOW_TRACKING_URI or MLflow's default")
     device_map: str | None = Field("auto", description="accelerate device map ('auto', 'cpu', 'cuda:0'); null: no map")
     embedder: str = Field(DEFAULT_EMBEDDER, description="sentence encoder for embed(): the embedded name, a HF id or a path")
     prefix_cache_mb: int = Field(1024, ge=0, description="bytes of prompt key/values kept for reuse (LRU), in MiB")

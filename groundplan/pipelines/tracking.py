@@ -53,6 +53,15 @@ def default_tracking_uri(output_dir: str | Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
+def absolute_tracking_uri(uri: str) -> str:
+    """``uri`` with a relative SQLite path made absolute, so a process with another working directory (a Ray
+    Train worker runs in its trial folder) opens the same store; any other URI as given."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        return prefix + str(Path(uri[len(prefix):]).resolve())
+    return uri
+
+
 def resolve_tracking_uri(output_dir: str | Path, tracking_uri: str | None = None) -> str:
     """Where a run (sweep, dataset, training) is logged: ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else
     the SQLite store under ``<output_dir>/mlruns``."""

@@ -6,7 +6,7 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -49,6 +49,41 @@ class PlannerOptions(BaseModel):
     @property
     def llm_needs(self) -> tuple[str, ...]:
         return ()
+
+    #: the options that shape the text this planner's LM reads (its prompt file, its demonstrations, how
+    #: history and feedback enter the prompt); empty: the planner declares no prompt format
+    PROMPT_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def prompt_format(self) -> dict[str, Any] | None:
+        """What decides the text the LM reads under these options: the values of :attr:`PROMPT_FIELDS`, a
+        prompt file's name joined by a hash of its text (an edited file is another format). A fine-tuned Say
+        model records the fingerprint of the format it was trained on; None: nothing declared, so no Say
+        model can be checked against this planner."""
+        if not self.PROMPT_FIELDS:
+            return None
+        out: dict[str, Any] = {}
+        for name in self.PROMPT_FIELDS:
+            value = getattr(self, name)
+            if name == "prompt" and isinstance(value, str):
+                import hashlib
+
+                from groundplan.planners.prompt_files import load_prompt
+
+                value = {"name": value, "sha256": hashlib.sha256(load_prompt(value).encode()).hexdigest()[:16]}
+            out[name] = value
+        return out
+
+
+def prompt_fingerprint(planner: str, prompt_format: Any) -> str:
+    """What a fine-tuned Say model was trained to read: a hash of the planner's registered name and its
+    declared prompt format (:attr:`PlannerOptions.prompt_format`). A model scored on another format than
+    the one it was trained on measures nothing, so a config that pairs them is refused."""
+    import hashlib
+    import json
+
+    doc = json.dumps({"planner": planner, "format": prompt_format}, sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
 class Planner(ABC):

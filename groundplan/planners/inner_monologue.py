@@ -122,6 +122,7 @@ class InnerMonologueConfig(PlannerOptions):
         default_factory=lambda: ["object", "scene"],
         description="Feedback kinds: 'object' (re-list detected objects after each step), 'success' "
         "('Successful action: True/False'), 'scene' (achieved sub-goals + generated thoughts), 'human' "
+    PROMPT_FIELDS = ("prompt", "feedback", "skip_leading_break")
         "(the LM may ask, a scripted human answers). [] = open loop ('LLM Object'). Default: IM's "
         "best sim variant, Object + Scene.")
     max_steps: int = Field(15, ge=1, description="Most decisions per episode (IM: 15).")

@@ -35,6 +35,7 @@ class OpenLoopConfig(PlannerOptions):
     """Options of the open-loop planner."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    PROMPT_FIELDS = ("template", "answer_format")
 
     template: str = Field("{instruction}", description="The prompt, with {instruction} where the task's "
                           "instruction goes (verbatim); the default is the instruction alone.")

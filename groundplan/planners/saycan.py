@@ -24,10 +24,7 @@ raises :class:`~groundplan.errors.InvalidInputError` naming it.
 """
 from __future__ import annotations
 
-import functools
 import logging
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +47,7 @@ from groundplan.grounding.action_index import ActionIndex, unit_rows
 from groundplan.grounding.base import AffordanceSource
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import EpisodeProgress, Planner, PlannerOptions, labelled
+from groundplan.planners.prompt_files import load_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -60,31 +58,6 @@ GENERATIVE_STOP: tuple[str, ...] = (",", "\n")
 # ---------------------------------------------------------------------------------------------
 # Prompt files and the dialog format (Appendix C.2)
 # ---------------------------------------------------------------------------------------------
-
-
-def available_prompts() -> list[str]:
-    """Names of the prompt files shipped in ``groundplan/planners/prompts`` (without ``.txt``)."""
-    folder = resources.files("groundplan.planners").joinpath("prompts")
-    return sorted(p.name[: -len(".txt")] for p in folder.iterdir() if p.name.endswith(".txt"))
-
-
-@functools.lru_cache(maxsize=None)
-def load_prompt(name: str) -> str:
-    """The few-shot text of a prompt: a shipped prompt by name (e.g. ``"saycan_kitchen"``, Listing 1),
-    or a path to a ``.txt`` file of your own. The text always ends with a newline."""
-    if name.endswith(".txt") and Path(name).is_file():
-        text = Path(name).read_text(encoding="utf-8")
-    else:
-        resource = resources.files("groundplan.planners").joinpath("prompts", f"{name}.txt")
-        if not resource.is_file():
-            raise InvalidInputError(
-                f"unknown prompt '{name}'; shipped prompts: {', '.join(available_prompts())} "
-                "(or give the path of a .txt file)"
-            )
-        text = resource.read_text(encoding="utf-8")
-    if not text.strip():
-        raise InvalidInputError(f"the prompt '{name}' is empty")
-    return text if text.endswith("\n") else text + "\n"
 
 
 def build_prompt(few_shot: str, instruction: str) -> str:
@@ -108,6 +81,7 @@ class DialogPlannerConfig(PlannerOptions):
     """Options shared by SayCan and the Generative baseline (both use Listing 1's dialog prompt)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    PROMPT_FIELDS = ("prompt", "done_skill")
 
     prompt: str = Field(
         "saycan_kitchen",

@@ -85,6 +85,7 @@ class SayCanPayConfig(PlannerOptions, PromptExamples):
     """Options of the ``saycanpay`` planner (defaults: Table 7 and the authors' code)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    PROMPT_FIELDS = ("prompt",)
 
     prompt: str = Field("saycanpay_kitchen", description="Few-shot examples in App. A.1's [Goal]/[Initial State]/"
                         "[Step n] format: a shipped prompt name (groundplan/planners/prompts) or a .txt path.")

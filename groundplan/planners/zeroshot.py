@@ -162,6 +162,9 @@ class _Base(PlannerOptions):
 class ZeroShotConfig(_Base):
     """Options of the translated planner and its ablations (Table 2)."""
 
+    PROMPT_FIELDS = ("prompt", "dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options",
+                     "trajectory_correction", "reprompt_on_failure", "done_skill")
+
     beta: float = Field(0.3, ge=0, description="Weight of the mean log-prob in the translation score.")
     epsilon: float | None = Field(
         0.0, description="Stop when the best score is below it (paper grid {0, 0.4, 0.8}); null: never.")
@@ -188,6 +191,8 @@ class ZeroShotConfig(_Base):
 
 class VanillaConfig(_Base):
     """Options of the vanilla baseline: best of k whole plans by mean log-prob, no translation."""
+
+    PROMPT_FIELDS = ("dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options")
 
     dynamic_example: bool = Field(False, description="The paper's vanilla LLMs use one fixed example.")
     max_new_tokens: int = Field(160, ge=1, description="Longest sampled plan.")

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from groundplan.core.train_run import TrainRunSpec
 from groundplan.grounding.canpay.lineage import TrainedModels
 from groundplan.grounding.canpay.views import DEFAULT_VIEW
 
@@ -74,7 +75,7 @@ class CanPayModelConfig(BaseModel):
         return v
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(TrainRunSpec):
     """One training run of a Can or Pay model on Ray Train (``groundplan train <yaml>``).
 
     Defaults follow Table 8 (AdamW, lr 1e-4 head / 1e-5 encoder, weight decay 1e-5, batch 50,
@@ -113,13 +114,6 @@ class TrainConfig(BaseModel):
         "or the actions the env listed at that step, less the trajectory's own ('listed': for envs that list every "
         "action over the task's objects, so the model sees steps no object allows).")
     seed: int = Field(0, ge=0, description="Seeds the split, the negative sampling and the initialisation.")
-    num_workers: int = Field(1, ge=1, description="Ray Train data-parallel workers (1 here; more on a cluster).")
-    use_gpu: bool = Field(False, description="One GPU per worker.")
-    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs reserved per Ray Train worker.")
-    output_dir: str = Field("outputs/train", description="Run folder root: <output_dir>/<name>/ holds the model, "
-                            "Ray Train's storage and (unless tracking_uri is given) the MLflow store.")
-    tracking_uri: str | None = Field(None, description="MLflow tracking/registry URI; None: SQLite under "
-                                     "<output_dir>/mlruns/mlflow.db.")
     experiment: str = Field("saycanpay-train", description="MLflow experiment name.")
 
     @field_validator("data")

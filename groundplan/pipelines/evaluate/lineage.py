@@ -1,9 +1,10 @@
 """Refuse, before any episode runs, a test set that its planners' models or prompts have read.
 
 Each planner of an eval config may read tasks before the test: the few-shot examples of its prompt
-(:class:`~groundplan.grounding.canpay.lineage.PromptExamples`) and the train and validation tasks of
+(:class:`~groundplan.grounding.canpay.lineage.PromptExamples`), the train and validation tasks of
 the Can/Pay models its grounding source loads
-(:class:`~groundplan.grounding.canpay.lineage.TrainedModels`, whose folders carry ``lineage.json``).
+(:class:`~groundplan.grounding.canpay.lineage.TrainedModels`, whose folders carry ``lineage.json``), and
+those of a fine-tuned Say model that ``llm.model`` names (its folder's ``lineage.json``).
 A test task that shares what the model reads before it acts with any of them (its visible signature,
 or, in an env split by task name, its instruction: ``env.capabilities.disjoint_by``) makes the row
 measure recall, so :func:`check_lineage` refuses the config and names the tasks. A trained model
@@ -50,6 +51,16 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
             models[uri, tracking_uri] = lineage
         return models[uri, tracking_uri]
 
+    from groundplan.config import say_model_card
+
+    card = say_model_card(cfg.llm)  # a fine-tuned Say model: every planner reads through it
+    say: list[Lineage] = []
+    if card is not None:
+        lineage = load_lineage(card["folder"], f"the Say model {cfg.llm.model}")
+        if lineage is None:
+            raise LineageError(f"the Say model {cfg.llm.model} carries no lineage, so nothing shows that the test set "
+                               "is unseen; retrain it with `groundplan train`")
+        say.append(lineage)
     out: dict[str, list[Lineage]] = {}
     for spec in cfg.planners:
         for variant in spec.variants():
@@ -60,6 +71,7 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
             if isinstance(grounding, TrainedModels):
                 found += [model_lineage(uri, grounding.models_tracking_uri())
                           for uri in grounding.trained_models().values()]
+            found += say
             if found:
                 out[variant.display] = found
     return out

@@ -240,6 +240,9 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
 
     check_tracking_servers(eval_tracking_uris(cfg, tracking_uri))  # so does a tracking server that is down
+    from groundplan.config import check_say_model
+
+    check_say_model(cfg.llm, cfg.planners)  # a fine-tuned Say model read through another prompt format
     from groundplan.pipelines.evaluate.lineage import check_sweep_lineage
 
     check_sweep_lineage(cfg, specs)  # and a test task that a planner's prompt or trained models read

@@ -1,0 +1,252 @@
+"""Say fine-tuning (``groundplan train`` with ``kind: say``): examples are the planner's own prompts, bad input
+is refused before work starts, and a tiny random Llama trains on Ray Train, survives a kill, registers with
+its lineage and prompt fingerprint, and plans through ``eval``, ``plan`` and the serve app's
+``/v1/completions`` by its ``models:/`` URI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from groundplan.core.errors import InvalidInputError, MissingModelError
+from groundplan.llm.embeddings import SentenceEmbedder
+from groundplan.rollout.say_examples import ForcedChoiceLM, replay_examples
+
+pytest.importorskip("minigrid")
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"train_per_family": 3, "test_per_family": 1, "generalize_per_family": 1}
+SCP = {"prompt": "saycanpay_babyai_plain", "done_skill": "done picking up", "decoding": "greedy_action", "score": "say"}
+
+
+@pytest.fixture(scope="module")
+def babyai_data(tmp_path_factory):
+    """Expert trajectories of BabyAI's train split (3 tasks per level), collected in this process."""
+    from groundplan.pipelines.collect.collect import run_collect
+    from groundplan.pipelines.collect.config import CollectConfig
+
+    out = tmp_path_factory.mktemp("collect")
+    cfg = CollectConfig.model_validate({"name": "t", "env": {"name": "babyai", "options": SMALL}, "splits": ["train"],
+                                        "runtime": {"executor": "local", "mlflow": False}, "output_dir": str(out)})
+    run_collect(cfg, progress=False)
+    return str(cfg.data_dir)
+
+
+def say_config(data_path: str, out: Path, **kw):
+    from groundplan.pipelines.train.say_config import SayTrainConfig
+
+    doc = {"name": "say-test", "env": {"name": "babyai", "options": SMALL},
+           "planner": {"name": "saycanpay", "label": "GA-Say", "options": SCP}, "data": [data_path],
+           "output_dir": str(out), "tracking_uri": f"sqlite:///{out}/mlflow.db", "seed": 0}
+    doc.update(kw)
+    return SayTrainConfig.model_validate(doc)
+
+
+# ------------------------------------------------------------------------------------ examples
+def test_examples_are_the_prompts_the_planner_builds(babyai_data, tmp_path):
+    from groundplan.planners.saycan import load_prompt
+    from groundplan.planners.saycanpay import build_query
+    from groundplan.pipelines.train.say import build_say_examples
+
+    train, val, counts, lineage = build_say_examples(say_config(babyai_data, tmp_path))
+    assert counts["diverged"] == 0 and counts["trajectories"] == 12
+    assert counts["train_examples"] == len(train) and len(val) == counts["val_examples"] > 0
+    few_shot = load_prompt("saycanpay_babyai_plain")
+    by_traj: dict[str, list] = {}
+    for e in train + val:
+        by_traj.setdefault(e.traj_id, []).append(e)
+    for traj, examples in by_traj.items():
+        history: list[str] = []
+        for e in sorted(examples, key=lambda e: e.step):
+            goal = e.prompt.split("[Goal] ", 1)[1].split("\n", 1)[0]
+            init = e.prompt.split("[Initial State] ", 1)[1].split("\n", 1)[0]
+            assert e.prompt == build_query(few_shot, goal, init, history)  # exactly what the planner read
+            assert e.kind == "beam" and e.completion.startswith(" ") and e.completion.endswith("\n")
+            history.append(e.completion.strip())
+        assert history[-1] == "done picking up"
+    # split by task: no task (and no visible signature) is both train and validation
+    roles = {}
+    for ex in lineage.examples:
+        roles.setdefault(ex.signature, set()).add(ex.role)
+    assert all(len(r) == 1 for r in roles.values()) and {"train", "validation"} <= {ex.role for ex in lineage.examples}
+    assert {e.task_id for e in train}.isdisjoint({e.task_id for e in val})
+
+
+def test_a_saycan_decision_is_the_option_it_scores(tmp_path):
+    """SayCan scores options (Algorithm 1): the completion is the option string the planner scored."""
+    from groundplan.config import PlannerSpec
+    from groundplan.factory import build_env, make_affordance, make_planner
+
+    env = build_env("kitchen", {"mode": "language"})
+    task = next(t for t in env.tasks() if t.reference_plan)
+    spec = PlannerSpec(name="saycan", affordance=env.default_affordance())
+    affordance = make_affordance(spec)
+    lm = ForcedChoiceLM(SentenceEmbedder())
+    steps = list(task.reference_plan)  # the kitchen's reference plans end with the done skill
+    assert steps[-1] == env.done_skill
+    res = replay_examples(lambda m: make_planner(spec, m, 20, affordance), lm, env, task, 0, steps, "t")
+    assert res.diverged is None and len(res.examples) == len(steps)
+    assert res.examples[0].prompt.endswith(f"Human: {task.instruction}\nRobot: 1.")
+    assert [e.completion.strip() for e in res.examples] == list(steps) and {e.kind for e in res.examples} == {"score"}
+    # a step the planner never offers ends the replay there, keeping the decisions before it
+    bad = replay_examples(lambda m: make_planner(spec, m, 20, affordance), lm, env, task, 0,
+                          [steps[0], "juggle the fridge", *steps[1:]], "t")
+    assert bad.diverged is not None and "juggle the fridge" in bad.diverged and len(bad.examples) == 1
+
+
+# ------------------------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("change, words", [
+    ({"env": {"name": "babyai", "options": {"split": "test"}}}, "train tasks only"),
+    ({"data": []}, "give data"),
+    ({"planner": {"name": "saycanpay", "options": SCP, "grid": {"num_candidates": [3, 6]}}}, "one variant"),
+    ({"planner": {"name": "house_explore"}}, "declares no prompt format"),
+])
+def test_bad_configs_are_refused_when_they_load(babyai_data, tmp_path, change, words):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words):
+        say_config(babyai_data, tmp_path, **change)
+
+
+def test_empty_or_failed_data_and_test_traces_are_refused_before_training(babyai_data, tmp_path):
+    from groundplan.datasets.store import ShardWriter, load_trajectories
+    from groundplan.pipelines.train.say import build_say_examples
+
+    rows = load_trajectories(babyai_data).to_pylist()
+    failed = tmp_path / "failed"
+    with ShardWriter(failed, 100) as w:
+        for r in rows:
+            w.append({**r, "success": False})
+    with pytest.raises(InvalidInputError, match="no successful train trajectories"):
+        build_say_examples(say_config(str(failed), tmp_path))
+    # a sweep's traces of tasks that are not the env's train tasks (a test set) are not training data
+    from groundplan.rollout.traces import EpisodeTrace, StepTrace, write_traces
+
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    trace = EpisodeTrace(episode_id="e", planner="GA-Say", env="babyai", task_id="babyai/test/pickup/0", family="pickup",
+                         instruction="pick up the ball", seed=0, llm="m", execution_success=True,
+                         steps=[StepTrace(index=0, chosen="done picking up", done=True)])
+    write_traces(sweep / "traces.jsonl", [trace])
+    with pytest.raises(InvalidInputError, match="not of this env's train tasks"):
+        build_say_examples(say_config(babyai_data, tmp_path, data=[], traces=[str(sweep)]))
+
+
+# ------------------------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def trained(babyai_data, tmp_path_factory):
+    """``groundplan train`` on a tiny random Llama, killed (SIGKILL to its process group) once its first
+    checkpoint is stored, then run again with the same config: it resumes and registers."""
+    from tests.conftest import tiny_llama_lm
+
+    work = tmp_path_factory.mktemp("say")
+    tiny_llama_lm(work / "tiny", seed=3)
+    cfg = say_config(babyai_data, work, base_model=str(work / "tiny"), epochs=3, batch_size=2, max_length=256,
+                     lr=1e-3)
+    path = work / "train_say.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    cmd = [sys.executable, "-m", "groundplan.cli", "train", str(path), "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=work, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    storage = work / "say-test" / "ray"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None and not list(storage.glob("*/checkpoint_*")):
+        time.sleep(0.2)
+    assert proc.poll() is None, f"training ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    from groundplan.pipelines.train.say import run_train_say
+
+    result = run_train_say(cfg, progress=False)
+    return cfg, result
+
+
+def test_a_killed_run_resumes_and_registers_with_lineage_and_fingerprint(trained):
+    from groundplan.config import PlannerSpec
+    from groundplan.planners.base import prompt_fingerprint
+
+    cfg, result = trained
+    assert result.model_uri == "models:/say-test/1"
+    card = json.loads((result.model_dir / "say.json").read_text())
+    starts = card["starts"]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] > 0, starts  # the second start resumed mid-run
+    assert card["metrics"]["epoch"] <= cfg.epochs and "eval_loss" in card["metrics"]
+    spec = PlannerSpec(name="saycanpay", options=SCP)
+    assert card["prompt_fingerprint"] == prompt_fingerprint("saycanpay", spec.planner_options.prompt_format)
+    lineage = json.loads((result.model_dir / "lineage.json").read_text())
+    assert {e["role"] for e in lineage["examples"]} == {"train", "validation"}
+
+
+def _eval_config(cfg, result, tmp_path, **kw):
+    from groundplan.config import EvalConfig
+
+    doc = {"name": "ft", "env": {"name": "babyai", "options": SMALL},
+           "llm": {"model": result.model_uri, "options": {"tracking_uri": cfg.tracking_uri}},
+           "planners": [{"name": "saycanpay", "label": "GA-Say", "options": SCP}],
+           "tasks": {"per_family": 1}, "seeds": [0], "max_steps": 4, "output_dir": str(tmp_path),
+           "runtime": {"executor": "local", "mlflow": False}}
+    doc.update(kw)
+    return EvalConfig.model_validate(doc)
+
+
+def test_the_model_plans_in_eval_and_bad_pairings_are_refused(trained, tmp_path):
+    from groundplan.pipelines.evaluate.lineage import LineageError
+    from groundplan.pipelines.evaluate.sweep import run_sweep
+
+    cfg, result = trained
+    res = run_sweep(_eval_config(cfg, result, tmp_path), progress=False)
+    assert len(res.traces) == 4 and all(t.llm == result.model_uri and t.error is None for t in res.traces)
+    # another prompt format than the model was trained on
+    other = {**SCP, "prompt": "saycanpay_babyai"}
+    with pytest.raises(InvalidInputError, match="prompt format"):
+        run_sweep(_eval_config(cfg, result, tmp_path, planners=[{"name": "saycanpay", "options": other}]),
+                  progress=False)
+    # a test set that is the model's own train tasks
+    with pytest.raises(LineageError, match="the Say model models:/say-test/1"):
+        run_sweep(_eval_config(cfg, result, tmp_path, env={"name": "babyai", "options": {**SMALL, "split": "train"}}),
+                  progress=False)
+    # a model URI that does not exist
+    with pytest.raises(MissingModelError, match="say-nope"):
+        run_sweep(_eval_config(cfg, type(result)(**{**result.__dict__, "model_uri": "models:/say-nope/1"}), tmp_path),
+                  progress=False)
+
+
+def test_the_model_serves_completions_and_plans_from_the_cli(trained, tmp_path, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from groundplan.llm.hf import HFLanguageModel
+    from groundplan.serve.config import ServeConfig
+    from groundplan.serve.local import local_app
+
+    cfg, result = trained
+    lm = HFLanguageModel(model=result.model_uri, tracking_uri=cfg.tracking_uri, dtype="float32", device_map=None)
+    direct = HFLanguageModel(model=str(result.model_dir), dtype="float32", device_map=None)
+    serve_cfg = ServeConfig(viewer_dir=None, envs=[{"name": "babyai"}],
+                            llm={"model": result.model_uri, "options": {"tracking_uri": cfg.tracking_uri}},
+                            planners=[{"name": "saycanpay", "label": "GA-Say", "options": SCP}])
+    client = TestClient(local_app(serve_cfg, lm, token="t"))
+    prompt, options = "[Goal] pick up the ball\n[Step 1]", [" pick up red ball", " done picking up"]
+    body = {"model": result.model_uri, "prompt": [prompt + o for o in options], "echo": True, "logprobs": 1,
+            "max_tokens": 0}
+    r = client.post("/v1/completions", json=body, headers={"Authorization": "Bearer t"})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == result.model_uri
+    want = direct.score(prompt, options)
+    for choice, score in zip(r.json()["choices"], want):
+        lps = choice["logprobs"]["token_logprobs"][-score.num_tokens:]
+        assert sum(lps) == pytest.approx(score.logprob_sum, abs=1e-3)
+    # groundplan plan reads the model's own planner options from its card
+    from groundplan.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    code = main(["plan", "pick up the ball", "--env", "babyai", "--planner", "saycanpay", "--model", result.model_uri,
+                 "--set", f"llm.options.tracking_uri={cfg.tracking_uri}", "--max-steps", "3"])
+    assert code == 0
