@@ -16,6 +16,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import numpy as np
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth, read
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.grounding.base import Affordance
@@ -205,7 +206,12 @@ class ToyEnv(Env):
 
 class ToyAffordance(Affordance):
     """Preconditions of :class:`ToyEnv` as probabilities (1 feasible, 0 not; done gets 0.1 as in
-    SayCan Appendix C.1). Records every ``reset`` as (task_id, seed) and counts calls."""
+    SayCan Appendix C.1). Records every ``reset`` as (task_id, seed) and counts calls. It computes them
+    from the toy's state, which it declares (as ``kitchen_value`` does the kitchen's: a stand-in for SayCan's
+    value functions), so the episode loop hands it the state and its planner keeps an honest label."""
+
+    declaration = OracleDeclaration("toy preconditions", frozenset({Truth.STATE}), stands_in=True,
+                                    wording="the toy kitchen's state, standing in for SayCan's value functions")
 
     def __init__(self) -> None:
         self.resets: list[tuple[str, int]] = []
@@ -221,7 +227,7 @@ class ToyAffordance(Affordance):
             if skill == "done":
                 out.append(0.1)
             else:
-                ok, _ = ToyEnv._apply(dict(observation.state), skill)
+                ok, _ = ToyEnv._apply(dict(read(observation, Truth.STATE, self)), skill)
                 out.append(1.0 if ok else 0.0)
         return np.array(out)
 

@@ -26,6 +26,7 @@ from groundplan.core.types import Observation, Task
 from groundplan.grounding import AFFORDANCES
 from groundplan.grounding.base import Affordance
 from groundplan.planners import PLANNERS
+from groundplan.planners.base import Planner
 from groundplan.rollout.traces import EpisodeTrace, StepTrace
 from tests.fakes import FakeLM, ToyEnv
 
@@ -215,8 +216,12 @@ def test_every_planner_option_that_turns_truth_on_declares_it():
     from groundplan.planners.saycanpay import SayCanPayConfig
 
     im = InnerMonologueConfig
-    assert im(feedback=[]).declarations == () and im(feedback=["object", "success"]).declarations == ()
+    assert im(feedback=[]).declarations == () and im(feedback=["object"]).declarations == ()
     assert im(feedback=["scene"]).declarations == (im.SCENE,) and im.SCENE.stands_in
+    # Success feedback is the env's verdict from its true state (the tabletop's: the same detector on the
+    # true poses), a stand-in for IM's success detector like the scene's
+    assert im(feedback=["object", "success"]).declarations == (im.SUCCESS,) and im.SUCCESS.stands_in
+    assert im.SUCCESS.reads == {Truth.STATE} and im(feedback=["object", "success"]).oracles == ()
     assert im(feedback=["scene"], subgoal_fallback=True).declarations == (im.SCENE, im.SUBGOALS)
     assert im(feedback=["human"]).declarations == (im.SCRIPTED_HUMAN,)
     assert im(feedback=["scene"], subgoal_fallback=True).oracles == ("sub-goals",)  # a stand-in keeps the label
@@ -293,6 +298,24 @@ def test_the_scene_description_helper_declares_the_true_poses():
     from groundplan.perception.scene_description import SCENE_FROM_TRUE_POSES
 
     assert SCENE_FROM_TRUE_POSES.reads == {Truth.STATE} and SCENE_FROM_TRUE_POSES.stands_in
+
+
+@pytest.mark.parametrize("name,env_name,options", [
+    ("kitchen", "kitchen", {"mode": "language"}),
+    ("virtualhome_eai", "virtualhome_eai", {"ids": ["27_2"], "task_set": "full"})])
+def test_experts_play_under_their_declarations_alone(name, env_name, options):
+    """Collection plays an expert through the episode loop, which hands it only what its entry in
+    EXPERT_DECLARATIONS names: the gold-program expert finds its program through the task's start state."""
+    if env_name == "virtualhome_eai":
+        pytest.importorskip("virtualhome_eval")
+    from groundplan.envs import ENVS
+    from groundplan.envs.experts import EXPERTS, expert_declaration
+    from groundplan.rollout.trajectory import ExpertPlanner, run_trajectory
+
+    env = ENVS.get(env_name)(**options)
+    planner = ExpertPlanner(EXPERTS.get(name)(env), env.done_skill, expert_declaration(name))
+    row = run_trajectory(env, env.tasks()[0], 0, planner, source=name, split="train", traj_id="t", max_steps=40)
+    assert row["success"] and row["actions"][-1] == env.done_skill
 
 
 # ------------------------------------------------------------------------------------ traces and tables
@@ -375,3 +398,127 @@ def test_old_traces_take_their_planners_declarations_from_the_config(tmp_path):
                                               for tr in _zeroshot_traces(record=False)))
     out = run_tables([run])
     assert f"SayCan {ORACLE_MARK}" in out and "simulator preconditions" in " ".join(out.split())
+
+
+# ------------------------------------------------------------------------------------ the gate at run time
+class PerceivingToyEnv(ToyEnv):
+    """The toy kitchen with a percept beside its hidden state, a scene text and an env record of each step
+    (as the tabletop's true final pose), on a task that holds every kind of truth."""
+
+    TASK = Task("toy-coke", "bring me a coke can", "nl_nouns", goal={"coke": "user"}, reference_plan=ToyEnv.REFERENCE,
+                metadata={"subgoals": ["The coke is with the user."]}, start_state={"robot": "start"})
+
+    def _observe(self) -> Observation:
+        return Observation(skills=list(self.SKILLS), state={**self.state, "detected": ["coke can"]}, text="a kitchen")
+
+    def execute(self, skill: str):
+        result = super().execute(skill)
+        result.info["coke_at"] = self.state["coke"]
+        return result
+
+
+class Plugin(Planner):
+    """A third-party planner that declares nothing and reads what it is handed directly, never through
+    ``truth.read``: ``peek`` names what it reaches for (None: only the instruction, skills, text and
+    percepts it may read)."""
+
+    name = "plugin"
+    max_steps = 3
+
+    def __init__(self, peek: str | None = None) -> None:
+        self.peek = peek
+        self.seen: dict[str, Any] = {}
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        self.seen = {"instruction": task.instruction, "skills": list(observation.skills), "text": observation.text,
+                     "detected": percept(observation, "detected")}
+        peeks = {"goal": lambda: task.goal["coke"], "reference_plan": lambda: list(task.reference_plan),
+                 "metadata": lambda: task.metadata.get("subgoals"), "start_state": lambda: task.start_state or {},
+                 "goal is set": lambda: bool(task.goal)}
+        if self.peek in peeks:
+            self.seen[self.peek] = peeks[self.peek]()
+
+    def next_step(self, observation: Observation, last: Any):
+        from groundplan.core.types import Decision
+
+        peeks = {"state item": lambda: observation.state["coke"], "state attribute": lambda: observation.state.coke,
+                 "state get": lambda: observation.state.get("robot"), "state contains": lambda: "coke" in observation.state}
+        if self.peek in peeks:
+            self.seen[self.peek] = peeks[self.peek]()
+        if last is not None:
+            self.seen["info"] = dict(last.info)
+            self.seen["success"] = last.success
+        return Decision(skill="done", done=True) if last is not None else Decision(skill="find a coke can", done=False)
+
+
+class DeclaredPlugin(Plugin):
+    """The same plugin under a declaration of every truth, reading them through the gate."""
+
+    declarations = (OracleDeclaration("everything", frozenset(Truth), "reads every truth"),)
+
+    def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
+        super().reset(task, observation, seed)
+        self.seen["goal"] = read(task, Truth.GOAL, self)
+        self.seen["metadata"] = read(task, Truth.METADATA, self)
+
+    def next_step(self, observation: Observation, last: Any):
+        self.seen["state"] = read(observation, Truth.STATE, self)
+        return super().next_step(observation, last)
+
+
+def _run(planner: Any):
+    from groundplan.rollout.episode import run_episode
+
+    env = PerceivingToyEnv()
+    return run_episode(planner, env, env.TASK, 0)
+
+
+@pytest.mark.parametrize("peek,where", [
+    ("goal", "task.goal"), ("reference_plan", "task.reference_plan"), ("metadata", "task.metadata"),
+    ("start_state", "task.start_state"), ("goal is set", "task.goal"), ("state item", "field 'coke'"),
+    ("state attribute", "field 'coke'"), ("state get", "field 'robot'"), ("state contains", "field 'coke'")])
+def test_an_undeclared_plugin_is_not_handed_the_truth(peek, where):
+    """A planner that declares nothing and reads the task's goal (or any of its truth) or the hidden state
+    directly, around the gate, gets OracleAccessError in the episode's trace, not the truth."""
+    plugin = Plugin(peek)
+    trace = _run(plugin)
+    assert trace.error is not None and trace.error.startswith("OracleAccessError") and where in trace.error
+    assert "withheld" in trace.error and peek not in plugin.seen
+    assert trace.execution_success is False  # the env and its judge had the real task
+
+
+def test_an_undeclared_plugin_still_gets_what_it_may_read_and_a_declared_one_gets_the_truth():
+    honest = Plugin()
+    trace = _run(honest)
+    assert trace.error is None and trace.steps[-1].done
+    assert honest.seen == {"instruction": "bring me a coke can", "skills": ToyEnv.SKILLS, "text": "a kitchen",
+                           "detected": ["coke can"], "info": {}, "success": True}  # the env's record withheld
+    assert trace.steps[0].info["env"] == {"coke_at": "table"}  # ... which the trace keeps
+    declared = DeclaredPlugin()
+    trace = _run(declared)
+    assert trace.error is None and declared.seen["goal"] == {"coke": "user"}
+    assert declared.seen["metadata"] == PerceivingToyEnv.TASK.metadata and declared.seen["state"]["coke"] == "table"
+    assert declared.seen["info"] == {"coke_at": "table"}
+
+
+def test_what_a_withholding_hands_each_declaration():
+    from groundplan.core.truth import PerceptView, Withheld, Withholding
+
+    task = PerceivingToyEnv.TASK
+    plan_only = Withholding.of(type("R", (Sneaky,), {"declaration": PLAN_READER})(Truth.REFERENCE_PLAN)).task(task)
+    assert plan_only.reference_plan == task.reference_plan and isinstance(plan_only.goal, Withheld)
+    assert (plan_only.task_id, plan_only.instruction, plan_only.family) == (task.task_id, task.instruction, task.family)
+    assert repr(plan_only.goal) == "<withheld: task.goal>" and plan_only.goal is not None
+    assert Withholding(frozenset({Truth.SIMULATOR})).task(task) is task  # a private simulator replays it whole
+    everything = Withholding(frozenset(Truth))
+    assert everything.task(task) is task and everything.observation(OBS) is OBS
+    view = Withholding(frozenset()).observation(Observation(skills=["x"], state=TabletopState(), text="t"))
+    assert isinstance(view.state, PerceptView) and dict(view.state) == {"detected": ["red block", "blue bowl"]}
+    assert percept(view, "detected") == ["red block", "blue bowl"] and percept(view, "pose", 7) == 7
+    assert getattr(view.state, "room", None) is None  # a percept the state lacks is absent, not refused
+    with pytest.raises(OracleAccessError, match="'positions' is withheld"):
+        getattr(view.state, "positions", {})
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(view.state)) == view.state and copy.deepcopy(plan_only).goal.where == "task.goal"

@@ -24,6 +24,13 @@ percepts through :func:`percept`. The simulator side (envs, their judges and mea
 data collection, which declare what they read in :data:`groundplan.envs.experts.EXPERT_DECLARATIONS`) reads
 the fields directly: it is the simulator, not a planner.
 
+The gate also holds at run time: :func:`~groundplan.rollout.episode.run_episode` hands a planner (and,
+through it, its grounding source) the task and observations through a :class:`Withholding` built from its
+declarations, so truth it does not declare is not there to read: a task whose undeclared fields are
+:class:`Withheld`, an observation whose state keeps only the percepts, a step result without the env's
+record of it. A plugin that reads ``task.goal`` or ``observation.state.positions`` without declaring them
+gets :class:`~groundplan.core.errors.OracleAccessError` instead of the truth, the same error the gate raises.
+
 Two kinds of declaration: an *oracle* gives a row information its method does not have (the reference
 plan, the simulator's feasibility): its label says ``"(oracle <name>)"`` and tables sort it after the
 others; a *stand-in* (``stands_in=True``) reads simulator truth in place of a learned model or a perception
@@ -32,12 +39,13 @@ the row keeps its method's label and the tables mark it.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from groundplan.core.errors import OracleAccessError
-from groundplan.core.types import Observation, Task
+from groundplan.core.types import Observation, StepResult, Task
 
 #: the tables' mark of a row that reads truth as an oracle, and of one whose truth stands in for a model
 ORACLE_MARK = "†"
@@ -200,3 +208,127 @@ def percepts(observation: Observation, names: Sequence[str]) -> dict[str, Any]:
     missing = object()
     out = {name: percept(observation, name, missing) for name in names}
     return {k: v for k, v in out.items() if v is not missing}
+
+
+# ------------------------------------------------------------------------------------ withheld at run time
+#: the task's fields that hold truth, by the truth each one is
+TASK_TRUTHS: tuple[Truth, ...] = (Truth.GOAL, Truth.REFERENCE_PLAN, Truth.METADATA, Truth.START_STATE)
+
+
+def _refused(where: str) -> OracleAccessError:
+    return OracleAccessError(f"{where} is withheld from this planner: its declarations do not name it; reading "
+                             "simulator truth is an oracle: declare it (groundplan.core.truth.OracleDeclaration) and "
+                             "read it with groundplan.core.truth.read")
+
+
+class Withheld:
+    """What a reader finds in place of a truth it did not declare (a task's goal, reference plan, metadata
+    or start state): any use of it (truth value, item, attribute, iteration, length, comparison, call) raises
+    :class:`~groundplan.core.errors.OracleAccessError` naming the truth, so an undeclared read fails loudly
+    instead of planning from a silent None. Only identity (``is None``) and ``repr`` answer."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: str) -> None:
+        object.__setattr__(self, "where", where)
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise _refused(object.__getattribute__(self, "where"))
+
+    __bool__ = __len__ = __iter__ = __getitem__ = __contains__ = __eq__ = __ne__ = __call__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __setattr__ = __hash__ = _refuse  # type: ignore[assignment]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy, pickle and introspection ask for these; they are not the truth
+            raise AttributeError(name)
+        self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<withheld: {object.__getattribute__(self, 'where')}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Withheld, (object.__getattribute__(self, "where"),))
+
+
+class PerceptView(Mapping[str, Any]):
+    """An observation's state as a reader that does not declare it sees it: the :data:`PERCEPTS` the
+    state has, copied out (item or attribute), and nothing else; any other field raises
+    :class:`~groundplan.core.errors.OracleAccessError`. It holds no reference to the state it was taken
+    from, so the hidden fields are not there to reach."""
+
+    __slots__ = ("_percepts",)
+
+    def __init__(self, state: Any) -> None:
+        missing = object()
+        if isinstance(state, Mapping):
+            found = {name: state.get(name, missing) for name in PERCEPTS}
+        else:
+            found = {name: getattr(state, name, missing) for name in PERCEPTS}
+        object.__setattr__(self, "_percepts", {k: v for k, v in found.items() if v is not missing})
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in PERCEPTS:
+            raise _refused(f"observation.state field '{name}'")
+        return object.__getattribute__(self, "_percepts")[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _refused(f"observation.state field '{name}'")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(object.__getattribute__(self, "_percepts"))
+
+    def __len__(self) -> int:
+        return len(object.__getattribute__(self, "_percepts"))
+
+    def __repr__(self) -> str:
+        return f"PerceptView({object.__getattribute__(self, '_percepts')!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PerceptView, (dict(object.__getattribute__(self, "_percepts")),))
+
+
+@dataclass(frozen=True)
+class Withholding:
+    """What a reader with the declared ``reads`` is handed of an episode: the episode loop passes the task,
+    each observation and each step result through it, so the run-time gate matches :func:`read`'s.
+
+    * the task: a copy whose fields of undeclared truths are :class:`Withheld` (id, instruction and family
+      stay: the instruction is what a planner plans for). A reader that declares ``SIMULATOR`` is handed
+      the task whole, since a private simulator replays it from all of it (it still reads its goal only
+      under a declaration, through :func:`read`).
+    * an observation, unless ``STATE`` is declared: the same skills, text, images and admissible mask,
+      its state a :class:`PerceptView` (the robot's own sensors, :data:`PERCEPTS`).
+    * a step result, unless ``STATE`` is declared: its success and feedback text, its observation as
+      above, and no ``info`` (the env's record of the step for the trace, e.g. the tabletop's true final
+      pose of the placed block)."""
+
+    reads: frozenset[Truth]
+
+    @classmethod
+    def of(cls, reader: Any) -> "Withholding":
+        """The withholding of ``reader``'s declarations (one that declares nothing is handed no truth)."""
+        return cls(declared_reads(reader))
+
+    def task(self, task: Task) -> Task:
+        hidden = {t.value: Withheld(t.where) for t in TASK_TRUTHS if t not in self.reads}
+        if Truth.SIMULATOR in self.reads or not hidden:
+            return task
+        return dataclasses.replace(task, **hidden)
+
+    def observation(self, observation: Observation) -> Observation:
+        if Truth.STATE in self.reads or observation.state is None:
+            return observation
+        return dataclasses.replace(observation, state=PerceptView(observation.state))
+
+    def step(self, result: StepResult | None) -> StepResult | None:
+        if result is None or Truth.STATE in self.reads:
+            return result
+        return dataclasses.replace(result, observation=self.observation(result.observation), info={})

@@ -20,7 +20,8 @@ class Task:
     ``reference_plan`` is a known-good skill sequence when one exists. A planner must not read
     ``goal``, ``reference_plan``, ``metadata`` or ``start_state`` unless its config names an oracle, and
     then only through :func:`groundplan.core.truth.read` under a declaration (the env side reads them
-    directly).
+    directly); the episode loop hands a planner a copy without the ones it does not declare
+    (:class:`groundplan.core.truth.Withholding`).
     """
 
     task_id: str
@@ -39,8 +40,9 @@ class Observation:
     ``skills`` are the admissible skill labels now; ``state`` is the env's structured state, the
     simulator's truth except the fields that model the robot's sensors (:data:`groundplan.core.truth.PERCEPTS`):
     planners and grounding sources read the first through :func:`groundplan.core.truth.read` under a
-    declaration and percepts through :func:`groundplan.core.truth.percept` (the LLM never sees it unless a
-    planner puts text in its prompt);
+    declaration and percepts through :func:`groundplan.core.truth.percept`, and a planner that does not
+    declare the state is handed only its percepts (the LLM never sees it unless a planner puts text in its
+    prompt);
     ``text`` is an optional scene description; ``images`` maps camera name → array;
     ``admissible`` optionally masks ``skills`` to the ones this state admits.
     """

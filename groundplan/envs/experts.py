@@ -96,7 +96,8 @@ EXPERT_DECLARATIONS: dict[str, OracleDeclaration] = {
     "blocks_bowls": _expert({Truth.GOAL, Truth.STATE}, "the bowls' true contents and the task's goal colours"),
     "virtualhome_scp": _expert({Truth.REFERENCE_PLAN}, "the task's reference program, played open loop"),
     "kitchen": _expert({Truth.REFERENCE_PLAN}, "the task's reference plan, played open loop (SayCan App. C.2)"),
-    "virtualhome_eai": _expert({Truth.REFERENCE_PLAN}, "the task's gold program (EAI's dataset), played open loop"),
+    "virtualhome_eai": _expert({Truth.REFERENCE_PLAN, Truth.START_STATE}, "the task's gold program (EAI's dataset, "
+                               "named in the task's start state), played open loop"),
 }
 #: an expert without an entry (one built by hand): it may read any of the task's truth and the simulator's
 ANY_EXPERT = _expert({Truth.GOAL, Truth.REFERENCE_PLAN, Truth.STATE, Truth.START_STATE},

@@ -49,11 +49,18 @@ each read through :func:`groundplan.core.truth.read`):
 * ``"scene"`` feedback → which sub-goals hold, by the success detector on the true object poses, and the
   scene's object names to parse the goal thought with: IM's simulated scene description ("ground truth +
   heuristics", App. A.1), a stand-in for a perception module
-  (:data:`~groundplan.perception.scene_description.SCENE_FROM_TRUE_POSES`): the label stays, the tables mark it.
+  (:data:`~groundplan.perception.scene_description.SCENE_FROM_TRUE_POSES`): the label stays, the tables mark it;
+* ``"success"`` feedback → whether the last action succeeded, as the env judges it from its true state: on
+  the tabletop the same success detector on the true poses (App. A.1's Success feedback, "ground truth +
+  heuristics" in simulation), in VirtualHome its executor's check of the true graph. It stands in for the
+  paper's success detector (Sec. 3.3: engineered on ground truth in simulation, learned on the real
+  robot), a stand-in like the scene's (``InnerMonologueConfig.SUCCESS``). The planner reads it as the
+  step result's ``success``, not from the state.
 
 The object list ("object" feedback, the first ``Scene:`` line) is the object lister's, a percept
-(:func:`groundplan.core.truth.percept`). With none of the three, the planner never touches ``task.goal``,
-``task.reference_plan``, ``task.metadata`` or the simulator state.
+(:func:`groundplan.core.truth.percept`). With only that (or no feedback), the planner never touches
+``task.goal``, ``task.reference_plan``, ``task.metadata`` or the simulator state, and the episode loop
+hands it none of them.
 """
 from __future__ import annotations
 
@@ -115,6 +122,7 @@ class InnerMonologueConfig(PlannerOptions):
     """Options of :class:`InnerMonologuePlanner`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    PROMPT_FIELDS = ("prompt", "feedback", "skip_leading_break")
 
     prompt: str = Field("inner_monologue_tabletop", description="Few-shot file in groundplan/planners/prompts "
                         "(or a .txt path) in IM's sim format; filtered to the selected feedback kinds.")
@@ -122,7 +130,6 @@ class InnerMonologueConfig(PlannerOptions):
         default_factory=lambda: ["object", "scene"],
         description="Feedback kinds: 'object' (re-list detected objects after each step), 'success' "
         "('Successful action: True/False'), 'scene' (achieved sub-goals + generated thoughts), 'human' "
-    PROMPT_FIELDS = ("prompt", "feedback", "skip_leading_break")
         "(the LM may ask, a scripted human answers). [] = open loop ('LLM Object'). Default: IM's "
         "best sim variant, Object + Scene.")
     max_steps: int = Field(15, ge=1, description="Most decisions per episode (IM: 15).")
@@ -153,12 +160,21 @@ class InnerMonologueConfig(PlannerOptions):
                 "(Inner Monologue Sec. 3.3's human, who knows the task)")
     #: "scene" feedback: progress on the sub-goals from the true poses (IM's simulated scene description)
     SCENE: ClassVar[OracleDeclaration] = SCENE_FROM_TRUE_POSES
+    #: "success" feedback: the env's verdict on the last action, from its true state (IM's simulated
+    #: success detector: the scene's detector on the tabletop)
+    SUCCESS: ClassVar[OracleDeclaration] = OracleDeclaration(
+        name="success from true state", reads=frozenset({Truth.STATE}), stands_in=True,
+        wording="whether the last action succeeded, as the simulator judges it from its true state (the "
+                "tabletop: the 4 cm rule on the true object poses; VirtualHome: its executor's check of the true "
+                "graph), standing in for Inner Monologue's success detector (App. A.1: ground truth + heuristics)")
 
     @property
     def declarations(self) -> tuple[OracleDeclaration, ...]:
-        """The scene description from the true poses ("scene", a stand-in), the reference sub-goals
-        (``subgoal_fallback``) and the scripted human, who answers from the task and the true poses."""
-        return tuple(d for d, on in ((self.SCENE, "scene" in self.feedback), (self.SUBGOALS, self.subgoal_fallback),
+        """The scene description from the true poses ("scene", a stand-in), the success verdict from the
+        true state ("success", a stand-in), the reference sub-goals (``subgoal_fallback``) and the scripted
+        human, who answers from the task and the true poses."""
+        return tuple(d for d, on in ((self.SCENE, "scene" in self.feedback), (self.SUCCESS, "success" in self.feedback),
+                                     (self.SUBGOALS, self.subgoal_fallback),
                                      (self.SCRIPTED_HUMAN, "human" in self.feedback)) if on)
 
     @property

@@ -6,6 +6,11 @@ a step with ``done=True`` and is not executed. At the end the goal is checked in
 (execution success) and, where the env can replay plans noise-free, the chosen skill sequence is
 replayed (plan success, SayCan Sec. 5.1's "right skills in a valid order").
 
+The planner sees the episode through its declarations (:class:`~groundplan.core.truth.Withholding`):
+a task without the truth it does not declare, observations whose state keeps only the percepts unless it
+declares the state, so the gate of :mod:`groundplan.core.truth` holds for a plugin that never calls it
+(docs/architecture.md, "Simulator truth"). The env, the judge and the trace get the real task.
+
 Failures are evidence, not crashes: an exception raised by the planner or the env is recorded in
 ``trace.error`` as ``"<ExceptionType>: <message> (<where>)"`` and the episode counts as failed. An
 :class:`~groundplan.core.errors.InfrastructureError` (e.g. an LLM server that still failed after its
@@ -21,6 +26,7 @@ import time
 from typing import Callable
 
 from groundplan.core.errors import InfrastructureError, InvalidInputError
+from groundplan.core.truth import Withholding
 from groundplan.core.types import Observation, Task
 from groundplan.envs.base import Env, planning_model
 from groundplan.planners.base import Planner
@@ -80,6 +86,7 @@ def run_episode(
         oracles=[d.to_dict() for d in planner.declarations],  # what the tables mark the row with
     )
     start = time.perf_counter()
+    seen = Withholding.of(planner)  # what its declarations let the planner read
     error: str | None = None
     try:
         observation = env.reset(task, seed)
@@ -87,7 +94,7 @@ def run_episode(
         error = _describe(exc, "env.reset")
     if error is None:
         try:
-            planner.reset(task, observation, seed=seed)
+            planner.reset(seen.task(task), seen.observation(observation), seed=seed)
         except InvalidInputError:
             raise
         except Exception as exc:
@@ -99,7 +106,7 @@ def run_episode(
             error = _describe(exc, "env.action_model")
     if error is None:
         _call_hook(on_step, trace, None, env)
-        error = _run_steps(planner, env, observation, cap, trace, on_step)
+        error = _run_steps(planner, env, observation, cap, trace, on_step, seen)
     trace.prompt = planner.prompt
     _judge(trace, env, task, seed, error, require_termination, goal_only)
     trace.wall_s = time.perf_counter() - start
@@ -128,13 +135,14 @@ def _call_hook(hook: StepHook | None, trace: EpisodeTrace, step: StepTrace | Non
 
 
 def _run_steps(planner: Planner, env: Env, observation: Observation, cap: int, trace: EpisodeTrace,
-               on_step: StepHook | None = None) -> str | None:
-    """The decide/execute loop; appends to ``trace.steps`` and returns an error description or None."""
+               on_step: StepHook | None, seen: Withholding) -> str | None:
+    """The decide/execute loop; appends to ``trace.steps`` and returns an error description or None. The
+    planner is handed each observation and step result as ``seen`` lets it read them."""
     last = None
     for index in range(cap):
         t0 = time.perf_counter()
         try:
-            decision = planner.next_step(observation, last)
+            decision = planner.next_step(seen.observation(observation), seen.step(last))
         except Exception as exc:
             return _describe(exc, f"planner.next_step, step {index}")
         step = StepTrace(
