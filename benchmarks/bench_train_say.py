@@ -169,9 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     packed = packed_batches(rows, args.max_length, args.rows, pad)
     tokens = sum(len(r["input_ids"]) for r in rows)
     padded = sum(int(b["input_ids"].numel()) for b in plain_batches)
-    log.info("%d examples, %d tokens (plain pads to %d: %.0f%% padding; groundplan packs into %d rows of %d), "
-             "precision %s, torch threads %d", len(rows), tokens, padded, 100 * (1 - tokens / padded),
-             sum(int(b["input_ids"].shape[1] > 0) for b in packed), args.max_length, precision, torch.get_num_threads())
+    log.info("%d examples, %d tokens (plain: %d steps padded to %d tokens, %.0f%% padding; groundplan: %d steps of "
+             "packed rows of at most %d tokens), precision %s, torch threads %d", len(rows), tokens, len(plain_batches),
+             padded, 100 * (1 - tokens / padded), len(packed), args.max_length, precision, torch.get_num_threads())
     plain_model, plain_opt = lora_model(path, 0)
     gp_model, gp_opt = lora_model(path, 0)
     gap = packed_loss_gap(gp_model, rows, args.max_length, pad)
