@@ -564,7 +564,7 @@ def test_serve_over_an_openai_backend_samples_refuses_logprobs_and_answers_503_w
     assert r.status_code == 200 and [c["text"] for c in r.json()["choices"]] == [" sample 0", " sample 1"]
     r = client.post("/v1/completions", json={"model": "standin-model", "prompt": "x", "max_tokens": 0, "echo": True,
                                              "logprobs": 1})
-    assert r.status_code == 400 and "cannot return log-probs" in r.json()["detail"]
+    assert r.status_code == 422 and "logprobs" in str(r.json()["detail"]), r.json()  # this server's schema has none
     server.behave = lambda p, b, h: (503, {"error": "down"}, {})
     r = client.post("/v1/completions", json={"model": "standin-model", "prompt": "x", "max_tokens": 3})
     assert r.status_code == 503 and r.headers["Retry-After"] == "1"
