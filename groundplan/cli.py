@@ -393,6 +393,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_improve(args: argparse.Namespace) -> int:
+    from groundplan.pipelines.improve.report import plot_rounds, round_table
+    from groundplan.pipelines.improve.rounds import STATE_FILE, load_improve_config, run_dir, run_improve
+
+    cfg = load_improve_config(args.config, list(args.set or []))
+    state = run_improve(cfg, progress=not args.no_progress)
+    plot = plot_rounds(state, run_dir(cfg) / "rounds.png")
+    console.print(round_table(state), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"rounds: {run_dir(cfg) / STATE_FILE}; plot: {plot}", markup=False)
+    return 0
+
+
 def cmd_eai(args: argparse.Namespace) -> int:
     from groundplan.pipelines.eai.score import EAIScoreConfig, score
 
@@ -575,6 +587,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="e.g. configs/train_can_kitchen.yaml")
     add_shared_options(t, set="override a config field, e.g. epochs=5", no_progress=True)
     t.set_defaults(func=cmd_train)
+
+    im = sub.add_parser("improve", help="online self-improvement: rounds of rollouts of the current Say model on train "
+                        "tasks, its successful episodes kept, Say fine-tuned on them on Ray Train and evaluated; "
+                        "resumes where a killed run stopped")
+    im.add_argument("config", help="an improve config, e.g. configs/improve_babyai.yaml")
+    add_shared_options(im, set="override a config field, e.g. rounds=3", no_progress=True)
+    im.set_defaults(func=cmd_improve)
 
     pr = sub.add_parser("prompt", help="write SayCanPay's few-shot prompt (App. A.1) from collected train "
                         "trajectories")

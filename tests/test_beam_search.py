@@ -121,3 +121,20 @@ def test_bad_params_and_backends_are_refused():
         BeamSearchParams(num_beams=5, num_groups=3)
     with pytest.raises(InvalidInputError, match="beam_candidates"):
         propose(object(), "x", BeamSearchParams())
+
+
+def test_the_scorer_host_proposes_by_beam_search_for_remote_planners(tiny_lm):
+    """Episode workers reach the model through the scorer host (eval's Ray actor, Serve, --local): its beam
+    search is the model's own, and a host whose model has none says so."""
+    import asyncio
+
+    from groundplan.actors.scorer import LLMScorer
+    from tests.fakes import FakeLM
+
+    params = BeamSearchParams(num_beams=4, num_groups=2, max_new_tokens=4)
+    host = LLMScorer(lm_factory=lambda: tiny_lm, num_threads=0)
+    remote = asyncio.run(host.beam_candidates(PROMPT, params))
+    assert _key(remote) == _key(propose(tiny_lm, PROMPT, params))
+    plain = LLMScorer(lm_factory=lambda: FakeLM.following(["a"]), num_threads=0)
+    with pytest.raises(InvalidInputError, match="cannot propose candidates by beam search"):
+        asyncio.run(plain.beam_candidates(PROMPT, params))

@@ -8,9 +8,10 @@ import pytest
 from groundplan.config import EvalConfig, load_config
 from groundplan.core.errors import InvalidInputError, UnknownNameError
 
-#: the eval configs (serve, collect, train and EAI leaderboard configs have schemas of their own)
+#: the eval configs (serve, collect, train, improve and EAI leaderboard configs have schemas of their own)
 CONFIGS = sorted(p for p in Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml")
-                 if not p.name.startswith(("serve_", "collect_", "train_", "eai_leaderboard")))
+                 if not p.name.startswith(("serve_", "collect_", "train_", "improve_", "eai_leaderboard")))
+IMPROVE_CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("improve_*.yaml"))
 EAI_RUN_CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("eai_leaderboard*.yaml"))
 KITCHEN = Path(__file__).resolve().parents[1] / "configs" / "saycan_kitchen.yaml"
 
@@ -27,6 +28,14 @@ def test_shipped_eai_run_configs_validate(path):
 
     sweeps = model_sweeps(load_run_config(path))  # each model's eval config, validated as eval would
     assert len(sweeps) == len({s.name for s in sweeps}) >= 1 and all(s.planners for s in sweeps)
+
+
+@pytest.mark.parametrize("path", IMPROVE_CONFIGS, ids=lambda p: p.name)
+def test_shipped_improve_configs_validate(path):
+    from groundplan.pipelines.improve.rounds import load_improve_config
+
+    cfg = load_improve_config(path)
+    assert cfg.rounds >= 2 and cfg.actor.options.get("sample_temperature", 0) > 0
 
 
 def test_defaults_are_complete():

@@ -287,6 +287,13 @@ class LLMScorer:
         self._generate_calls += 1
         return await asyncio.to_thread(self.lm.generate, prompt, params)
 
+    async def beam_candidates(self, prompt: str, params: Any) -> list[Any]:
+        """SayCanPay's proposals (token-level diverse beam search) by the hosted model, which must support
+        it (:func:`~groundplan.llm.beam_search.propose` says so otherwise)."""
+        from groundplan.llm.beam_search import propose
+
+        return await asyncio.to_thread(propose, self.lm, prompt, params)
+
     async def embed(self, texts: Sequence[str]):
         self._embed_calls += 1
         return await asyncio.to_thread(self.lm.embed, list(texts))

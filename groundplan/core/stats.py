@@ -37,6 +37,35 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return lo, hi
 
 
+def clustered_wilson(clusters: Sequence[tuple[int, int]], z: float = 1.96) -> tuple[float, float, float]:
+    """(p̂, lo, hi) for a success rate over episodes that come in clusters (the seeds of one task, tasks
+    sharing an instruction): the Wilson interval at the effective sample size n / deff, where the design
+    effect deff compares the cluster-robust variance of the ratio estimator p̂ = Σy_i / Σm_i,
+
+        v = k / (k - 1) · Σ (y_i - p̂ m_i)² / (Σm_i)²,   n_eff = p̂(1 - p̂) / v   (capped at n),
+
+    with the binomial one (Kish 1965; Donner & Klar 2000, ch. 6). ``clusters`` is (successes, episodes) per
+    cluster. When p̂ is 0 or 1, or there is one cluster, v says nothing, and n_eff is the number of clusters:
+    the interval then counts each cluster once, as the most correlated reading would."""
+    if any(m <= 0 or y < 0 or y > m for y, m in clusters):
+        raise InvalidInputError("every cluster needs 0 <= successes <= episodes and at least one episode")
+    k = len(clusters)
+    n = sum(m for _, m in clusters)
+    if n == 0:
+        return 0.0, 0.0, 1.0
+    p = sum(y for y, _ in clusters) / n
+    v = (k / (k - 1)) * sum((y - p * m) ** 2 for y, m in clusters) / n ** 2 if k > 1 else 0.0
+    n_eff = float(k) if v <= 0 or p in (0.0, 1.0) else min(float(n), p * (1 - p) / v)
+    if n_eff <= 0:
+        return p, 0.0, 1.0
+    z2 = z * z
+    denom = 1.0 + z2 / n_eff
+    centre = (p + z2 / (2 * n_eff)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n_eff + z2 / (4 * n_eff * n_eff)) / denom
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    return p, (0.0 if p == 0 else lo), (1.0 if p == 1 else hi)
+
+
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
     """The mean and its standard error, sample standard deviation / sqrt(n) (0 for one value; nan for
     none)."""

@@ -6,10 +6,11 @@ can do in :class:`EnvCapabilities`, so callers never probe it with ``getattr``.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Hashable, Literal, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Hashable, Iterator, Literal, Mapping, Protocol, Sequence
 
 from pydantic import ValidationError
 
@@ -193,6 +194,10 @@ class Env(ABC):
             return WithoutGoal(self.symbolic_model(task))
         raise NotImplementedError(f"{type(self).__name__} has no action model")
 
+    def close(self) -> None:
+        """Release what the env holds (a physics server, a simulator process); nothing by default. Callers
+        that build an env for one job close it through :func:`opened`."""
+
     def frames(self) -> list[Any]:
         """Recent camera frames, ``{"step": int, "camera": str, "rgb": HxWx3 uint8}`` (envs that declare
         ``capabilities.cameras``); the rollout saves the newest after each step."""
@@ -287,3 +292,12 @@ def planning_model(env: Env, task: Task, observation: Observation) -> ActionMode
     if caps.fixed_actions:
         return FixedActions(listed_actions(observation))
     return None
+
+
+@contextlib.contextmanager
+def opened(env: "Env") -> Iterator["Env"]:
+    """``with opened(build_env(...)) as env:``: the env, closed when the block ends, however it ends."""
+    try:
+        yield env
+    finally:
+        env.close()

@@ -41,6 +41,9 @@ class HostClient:
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         return self._call("generate", prompt, params)
 
+    def beam_candidates(self, prompt: str, params: Any) -> list[Any]:
+        return self._call("beam_candidates", prompt, params)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._call("embed", list(texts)))
 

@@ -108,6 +108,10 @@ class SayCanPayConfig(PlannerOptions, PromptExamples):
     perfect_say: bool = Field(False, description="Perfect-Say ablation: the expert's next action plus distractors "
                               "replace the LM's candidates (reads task.reference_plan; needs oracle: true).")
     num_distractors: int = Field(2, ge=0, description="Distractors of the Perfect-Say ablation.")
+    sample_temperature: float = Field(0.0, ge=0, le=100, description="Greedy-Action only: 0 takes the best-scoring "
+                                      "candidate (the paper); T > 0 samples one with probability proportional to "
+                                      "exp(score / T), seeded by the episode seed (exploration for `groundplan "
+                                      "improve`'s rollouts; not in the paper).")
     oracle: bool = Field(False, description="Declares that this planner reads ground truth (Perfect-Say or an "
                          "oracle grounding source); its label must say so.")
     max_instruction_chars: int = Field(MAX_INSTRUCTION_CHARS, ge=1, description="Longest instruction accepted.")
@@ -153,6 +157,8 @@ class SayCanPayConfig(PlannerOptions, PromptExamples):
             raise ValueError("perfect_say reads the expert plan (ground truth): set oracle: true and label the row oracle")
         if self.beam_size > self.num_candidates:
             raise ValueError("beam_size (k) must not exceed num_candidates (m), as in Sec. 5.2")
+        if self.sample_temperature and self.decoding != "greedy_action":
+            raise ValueError("sample_temperature samples among Greedy-Action's candidates: set decoding: greedy_action")
         return self
 
 
@@ -356,9 +362,20 @@ class SayCanPayPlanner(EpisodeProgress, Planner):
         if d == "greedy_action":
             exps = [Expansion(0, tuple(self._history), cand) for cand in self.candidates(self._history, actions)]
             self._score(exps)
-            best = max(exps, key=lambda e: e.step_score)
-            return self._commit(best.candidate.action, self._candidate_scores(exps), {})
+            best = self._pick(exps)
+            info = {"sampled_at": self.config.sample_temperature} if self.config.sample_temperature else {}
+            return self._commit(best.candidate.action, self._candidate_scores(exps), info)
         return self._beam_step(actions)
+
+    def _pick(self, exps: list[Expansion]) -> Expansion:
+        """The best-scoring expansion, or at ``sample_temperature`` T > 0 one drawn with probability
+        softmax(score / T) from the episode-seeded generator."""
+        t = self.config.sample_temperature
+        if t <= 0:
+            return max(exps, key=lambda e: e.step_score)
+        top = max(e.step_score for e in exps)
+        weights = [math.exp((e.step_score - top) / t) for e in exps]
+        return self._rng.choices(exps, weights=weights, k=1)[0]
 
     def _greedy_token(self, actions: list[str]) -> Decision:
         params = GenerationParams(temperature=0.0, max_new_tokens=self.config.max_new_tokens, stop=("\n",))

@@ -25,6 +25,7 @@ import numpy as np
 from groundplan.core.types import Decision, Observation, StepResult, Task
 from groundplan.envs.base import ActionModel, Env
 from groundplan.llm.base import Generation, GenerationParams, OptionScore, ScoreRequest
+from groundplan.llm.beam_search import BeamCandidate, BeamSearchParams
 from groundplan.planners.base import Planner
 from groundplan.rollout.episode import run_episode
 
@@ -105,11 +106,9 @@ class ForcedChoiceLM:
         self._record(prompt, text + stop, "generate", eos=not stop)
         return [Generation(text=text, logprob_mean=0.0, num_tokens=1, finish_reason="stop") for _ in range(params.n)]
 
-    def beam_candidates(self, prompt: str, params: Any) -> list[Any]:
-        from groundplan.llm.beam_search import BeamCandidate
-
+    def beam_candidates(self, prompt: str, params: BeamSearchParams) -> list[BeamCandidate]:
         text = self._completion(prompt)
-        stop = next(iter(getattr(params, "stop", ()) or ()), "")
+        stop = params.stop[0] if params.stop else ""
         self._record(prompt, text + stop, "beam", eos=not stop)
         return [BeamCandidate(text=text, logprob_sum=0.0, num_tokens=1, score=0.0, group=0, finish_reason="stop")]
 

@@ -30,6 +30,7 @@ from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
+from groundplan.envs.base import opened
 from groundplan.factory import build_env
 from groundplan.pipelines.collect.config import CollectConfig
 
@@ -65,13 +66,8 @@ def source_label(cfg: CollectConfig) -> str:
 
 def split_tasks(cfg: CollectConfig, split: str) -> list[Task]:
     """The deterministic tasks of ``split`` (the env built with ``split=<split>``)."""
-    env = build_env(cfg.env.name, {**cfg.env.options, "split": split})
-    try:
+    with opened(build_env(cfg.env.name, {**cfg.env.options, "split": split})) as env:
         tasks = env.tasks()
-    finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
     return tasks[: cfg.limit] if cfg.limit else tasks
 
 

@@ -229,13 +229,16 @@ def make_executor(cfg: EvalConfig, lm: LanguageModel | None = None, lm_factory: 
 
 def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: Callable[[], LanguageModel] | None = None,
               progress: bool = True, resume: bool = True, tracking_uri: str | None = None,
-              on_episode: Callable[[EpisodeTrace, dict[str, Any]], None] | None = None) -> EvalResult:
+              on_episode: Callable[[EpisodeTrace, dict[str, Any]], None] | None = None,
+              lineage_check: bool = True) -> EvalResult:
     """Run the sweep of ``cfg`` on the executor ``cfg.runtime.executor`` names and return its traces and
     summary. MLflow logging when ``cfg.runtime.mlflow``: a tracking server that does not answer fails the
     sweep before it starts; one that fails at the end leaves ``stats["mlflow_error"]`` and no run id. An LLM
     server that cannot do what the planners need (an ``openai`` server without echo for scoring planners)
     also fails it before it starts (:func:`~groundplan.config.probe_llm_needs`), unless ``lm`` or
-    ``lm_factory`` replaces ``cfg.llm``."""
+    ``lm_factory`` replaces ``cfg.llm``. ``lineage_check=False`` is for sweeps that gather training data on
+    train tasks and measure nothing (``groundplan improve``'s rollouts): there the tasks are meant to be the
+    model's own."""
     specs = check_config(cfg)  # fails before any model loads or actor starts
     from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
 
@@ -245,7 +248,8 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     check_say_model(cfg.llm, cfg.planners)  # a fine-tuned Say model read through another prompt format
     from groundplan.pipelines.evaluate.lineage import check_sweep_lineage
 
-    check_sweep_lineage(cfg, specs)  # and a test task that a planner's prompt or trained models read
+    if lineage_check:
+        check_sweep_lineage(cfg, specs)  # and a test task that a planner's prompt or trained models read
     if lm is None and lm_factory is None:  # and an LLM server that cannot do what the planners need of it
         from groundplan.config import probe_llm_needs
 

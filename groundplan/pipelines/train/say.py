@@ -103,6 +103,9 @@ def read_sources(cfg: SayTrainConfig, paths: list[str] | None = None) -> list[An
                                   goal=tr.instruction, init_obs="", actions=actions,
                                   feasible=tuple(bool(s.success) for s in tr.steps), rewards=(), success=True,
                                   extra={"seed": tr.seed, "source": tr.planner}))
+    if cfg.task_ids is not None:
+        wanted = set(cfg.task_ids)
+        out = [t for t in out if t.task_id in wanted]
     return out
 
 
@@ -123,6 +126,7 @@ def build_say_examples(cfg: SayTrainConfig, paths: list[str] | None = None, prog
     is not among the env's train tasks (a sweep of test tasks) is refused."""
     from tqdm.auto import tqdm
 
+    from groundplan.envs.base import opened
     from groundplan.factory import build_env
     from groundplan.grounding.canpay.data import split_trajectories
     from groundplan.grounding.canpay.lineage import Lineage, example
@@ -136,8 +140,7 @@ def build_say_examples(cfg: SayTrainConfig, paths: list[str] | None = None, prog
     if not trajs:
         raise InvalidInputError(f"no successful train trajectories of env '{cfg.env.name}' in data={cfg.data} "
                                 f"traces={cfg.traces}: nothing to learn from (collect them, or sweep train tasks)")
-    env = build_env(cfg.env.name, {**cfg.env.options, "split": "train"})
-    try:
+    with opened(build_env(cfg.env.name, {**cfg.env.options, "split": "train"})) as env:
         tasks = {t.task_id: t for t in env.tasks()}
         foreign = [t.traj_id for t in trajs if t.task_id not in tasks or tasks[t.task_id].instruction != t.goal]
         if foreign:
@@ -165,10 +168,6 @@ def build_say_examples(cfg: SayTrainConfig, paths: list[str] | None = None, prog
                 if (role, e.signature) not in seen:  # the lineage: every task the model read, by role
                     seen.add((role, e.signature))
                     lineage.examples.append(e)
-    finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            close()
     if not out["train"] or not out["validation"]:
         raise InvalidInputError(f"replaying {len(trajs)} trajectories through planner '{cfg.planner.display}' gave "
                                 f"{len(out['train'])} train and {len(out['validation'])} validation examples "
@@ -266,10 +265,37 @@ def read_starts(work_dir: Path) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------ driver
-def config_key(cfg: SayTrainConfig) -> str:
-    """A hash of everything that decides the examples and the training: the same config resumes the same
-    Ray Train run and MLflow run, a changed one starts another."""
-    doc = cfg.model_dump(exclude={"num_workers", "use_gpu", "cpus_per_worker", "tracking_uri", "experiment"})
+#: the fields that decide the examples (the rest decide only the training)
+EXAMPLE_FIELDS = {"name", "env", "planner", "data", "traces", "task_ids", "max_trajectories", "val_fraction", "seed"}
+
+
+def _inputs_state(cfg: SayTrainConfig, paths: list[str] | None) -> list[tuple[str, int, int]]:
+    """(path, size, mtime) of every file the examples are read from: a collection or a sweep that grew
+    since the examples were built changes the key, so they are never read stale."""
+    from groundplan.grounding.canpay.data import expand_paths
+
+    files = expand_paths(paths if paths is not None else cfg.data) if (paths or cfg.data) else []
+    files += [str(Path(f) / "traces.jsonl") if Path(f).is_dir() else f for f in cfg.traces]
+    every = [q for f in map(Path, files) for q in (sorted(x for x in f.rglob("*") if x.is_file()) if f.is_dir() else [f])]
+    out = []
+    for f in every:
+        st = f.stat() if f.exists() else None
+        out.append((str(f.resolve()), st.st_size if st else -1, st.st_mtime_ns if st else -1))
+    return out
+
+
+def examples_key(cfg: SayTrainConfig, paths: list[str] | None = None) -> str:
+    """A hash of what decides the examples: the env, planner, sources (and their files' state) and split."""
+    doc = {"config": cfg.model_dump(include=EXAMPLE_FIELDS), "files": _inputs_state(cfg, paths)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def config_key(cfg: SayTrainConfig, examples: str) -> str:
+    """A hash of the examples' key and everything that decides the training: the same config on the same
+    data resumes the same Ray Train run and MLflow run, a changed one starts another."""
+    doc = cfg.model_dump(exclude={"num_workers", "use_gpu", "cpus_per_worker", "tracking_uri", "experiment",
+                                  *EXAMPLE_FIELDS})
+    doc["examples"] = examples
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -345,10 +371,11 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
 
     base_path = resolve_model_path(cfg.base_model)  # an embedded model converts once, before any worker starts
     precision = resolve_precision(cfg)
-    key = config_key(cfg)
+    paths = [p for s in sources for p in s.paths] if cfg.data else None
+    ex_key = examples_key(cfg, paths)
+    key = config_key(cfg, ex_key)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
-    train, val, counts, lineage = load_or_build_examples(cfg, run_root, key, [p for s in sources for p in s.paths]
-                                                         if cfg.data else None, progress)
+    train, val, counts, lineage = load_or_build_examples(cfg, run_root, ex_key, paths, progress)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)

@@ -46,6 +46,9 @@ class SayTrainConfig(TrainRunSpec):
                             "Parquet shards or globs); their successful train-split trajectories are replayed.")
     traces: list[str] = Field(default_factory=list, description="Sweep folders (traces.jsonl): any episode the env "
                               "judged successful on a train task, by any planner, is replayed as a trajectory.")
+    task_ids: list[str] | None = Field(None, min_length=1, description="Train only on trajectories of these train "
+                                       "task ids (None: every train task; never empty): how `groundplan improve` "
+                                       "keeps its validation tasks out of training.")
     max_trajectories: int | None = Field(None, ge=2, description="Use at most this many trajectories (None: all).")
     val_fraction: float = Field(0.2, gt=0, lt=1, description="Share of tasks held out for validation, with all their "
                                 "trajectories (split by task, never by trajectory or step).")
