@@ -61,7 +61,7 @@ def plot_rounds(state: dict[str, Any], path: str | Path, title: str | None = Non
     ax.set_xticks([r["round"] for r in state["rounds"]])
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
+    ax.legend(loc="best")
     ax.set_title(title or f"groundplan improve: {state['name']}")
     fig.tight_layout()
     path = Path(path)
