@@ -101,6 +101,29 @@ def test_a_saycan_decision_is_the_option_it_scores(tmp_path):
     assert bad.diverged is not None and "juggle the fridge" in bad.diverged and len(bad.examples) == 1
 
 
+@pytest.mark.parametrize("planner, done", [("zeroshot", "\n"), ("inner_monologue", " done\n")])
+def test_generation_planners_replay_with_their_own_prompts_and_done(planner, done):
+    """Zero-Shot (translated samples; the plan ends on empty samples, Sec. 3) and Inner Monologue (its
+    dialog with feedback; the plan ends on "done") replay a kitchen plan: one generation example per
+    decision, each prompt the one before it plus that step and what followed, and the done decision written
+    the way the planner ends a plan."""
+    from groundplan.config import PlannerSpec
+    from groundplan.factory import build_env, make_affordance, make_planner
+
+    env = build_env("kitchen", {"mode": "language"})
+    task = next(t for t in env.tasks() if t.reference_plan and len(t.reference_plan) > 2)
+    steps = list(task.reference_plan)
+    spec = PlannerSpec(name=planner)
+    affordance = make_affordance(spec)
+    res = replay_examples(lambda m: make_planner(spec, m, 20, affordance), ForcedChoiceLM(SentenceEmbedder()), env,
+                          task, 0, steps, "t")
+    assert res.diverged is None and len(res.examples) == len(steps)
+    assert {e.kind for e in res.examples} == {"generate"} and res.examples[-1].completion == done
+    for e, nxt, step in zip(res.examples, res.examples[1:], steps):
+        assert nxt.prompt.startswith(e.prompt) and step.lower() in nxt.prompt[len(e.prompt):].lower()
+        assert e.completion.strip().lower() == step.lower()
+
+
 # ------------------------------------------------------------------------------------ refusals
 @pytest.mark.parametrize("change, words", [
     ({"env": {"name": "babyai", "options": {"split": "test"}}}, "train tasks only"),

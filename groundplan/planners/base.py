@@ -125,6 +125,13 @@ class Planner(ABC):
         """The full prompt so far (for traces)."""
         return ""
 
+    @property
+    def done_text(self) -> str | None:
+        """What this planner's LM writes to end a plan, when it generates its steps: None for the done skill's
+        own label (the default); ``""`` for a planner that ends on empty samples (Zero-Shot without a
+        dialog, Sec. 3). Say fine-tuning trains the done decision on it."""
+        return None
+
     def use_action_model(self, model: "ActionModel | None") -> None:
         """The env's :class:`~groundplan.envs.base.ActionModel` for this episode (its rules and the actions
         it lists in each state, never the goal), or None when the env declares none.

@@ -355,6 +355,11 @@ class ZeroShotPlanner(_ZeroShotBase):
         period (EAI's steps are ``[WALK] <laptop>``, whose brackets the paper's cleaning would strip)."""
         return clean_sample(text) if self._dialog is None else text.strip().rstrip(".").strip()
 
+    @property
+    def done_text(self) -> str | None:
+        """Without a dialog the plan ends when most samples are empty (Sec. 3); with one, on the done label."""
+        return None if self._dialog is not None else ""
+
     def _says_done(self, sample: str) -> bool:
         return self._dialog is not None and sample.lower() == self.config.done_skill.lower()
 

@@ -72,12 +72,14 @@ class ForcedChoiceLM:
         self._embedder = embedder
         self.embedder_name = getattr(embedder, "model_name", None)
         self.target: str | None = None
+        self.text: str | None = None
         self.recorded: list[tuple[str, str, str, bool]] = []  # (prompt, completion, kind, eos)
         self.matched = False
 
-    def expect(self, step: str) -> None:
-        """The next decision should choose ``step``."""
-        self.target, self.matched = step, False
+    def expect(self, step: str, text: str | None = None) -> None:
+        """The next decision should choose ``step``; a generation writes ``text`` for it when given (the
+        planner's :attr:`~groundplan.planners.base.Planner.done_text` for its done decision)."""
+        self.target, self.matched, self.text = step, False, text
 
     def _record(self, prompt: str, completion: str, kind: str, eos: bool = False) -> None:
         if not self.matched:  # one example per decision: the first call that offered the step
@@ -97,6 +99,8 @@ class ForcedChoiceLM:
         return [self.score(p, o) for p, o in requests]
 
     def _completion(self, prompt: str) -> str:
+        if self.text is not None:
+            return self.text
         text = (self.target or "").strip()
         return text if not prompt or prompt[-1].isspace() else " " + text
 
@@ -140,7 +144,7 @@ class ForcedPlanner(Planner):
         if self._i >= len(self.steps):
             raise Diverged("the trajectory ended without a done step")
         step = self.steps[self._i]
-        self.lm.expect(step)
+        self.lm.expect(step, self.planner.done_text if step == self.done_skill else None)
         decision = self.planner.next_step(observation, last)
         chosen_done = decision.done
         want_done = step == self.done_skill
