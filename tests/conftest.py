@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a small BabyAI split (3 train tasks per level): the Say training and self-improvement tests' data
+BABYAI_SMALL = {"train_per_family": 3, "test_per_family": 1, "generalize_per_family": 1}
 
 
 def in_ci() -> bool:
@@ -145,3 +147,19 @@ def chaos():
     spec.loader.exec_module(module)
     yield module
     sys.modules.pop("chaos", None)
+
+
+@pytest.fixture(scope="module")
+def babyai_data(tmp_path_factory):
+    """Expert trajectories of a small BabyAI train split (3 tasks per level), collected in this process;
+    the collected dataset folder. Say training and self-improvement train on it."""
+    pytest.importorskip("minigrid")
+    from groundplan.pipelines.collect.collect import run_collect
+    from groundplan.pipelines.collect.config import CollectConfig
+
+    out = tmp_path_factory.mktemp("collect")
+    cfg = CollectConfig.model_validate({"name": "t", "env": {"name": "babyai", "options": BABYAI_SMALL},
+                                        "splits": ["train"], "runtime": {"executor": "local", "mlflow": False},
+                                        "output_dir": str(out)})
+    run_collect(cfg, progress=False)
+    return str(cfg.data_dir)

@@ -14,7 +14,7 @@ from groundplan.core.errors import InvalidInputError
 
 pytest.importorskip("minigrid")
 
-SMALL = {"train_per_family": 3, "test_per_family": 1, "generalize_per_family": 1}
+from tests.conftest import BABYAI_SMALL as SMALL  # noqa: E402
 SCP = {"prompt": "saycanpay_babyai_plain", "done_skill": "done picking up", "decoding": "greedy_action", "score": "say"}
 
 
@@ -112,26 +112,14 @@ def test_kept_episodes_are_successes_replayed_into_the_collect_schema(tmp_path):
     assert load_trajectories(tmp_path / "data2").to_pylist()[0]["actions"] == played + [env.done_skill]
 
 
-@pytest.fixture(scope="module")
-def babyai_expert(tmp_path_factory):
-    from groundplan.pipelines.collect.collect import run_collect
-    from groundplan.pipelines.collect.config import CollectConfig
-
-    out = tmp_path_factory.mktemp("collect")
-    cfg = CollectConfig.model_validate({"name": "t", "env": {"name": "babyai", "options": SMALL}, "splits": ["train"],
-                                        "runtime": {"executor": "local", "mlflow": False}, "output_dir": str(out)})
-    run_collect(cfg, progress=False)
-    return str(cfg.data_dir)
-
-
-def test_a_round_runs_end_to_end_and_resumes_without_rolling_out_again(babyai_expert, tmp_path, monkeypatch):
+def test_a_round_runs_end_to_end_and_resumes_without_rolling_out_again(babyai_data, tmp_path, monkeypatch):
     import groundplan.pipelines.train.say as say
     from groundplan.pipelines.improve.report import plot_rounds, round_table
     from groundplan.pipelines.improve.rounds import STATE_FILE, run_dir, run_improve
     from tests.conftest import tiny_llama_lm
 
     tiny_llama_lm(tmp_path / "tiny", seed=3)
-    cfg = improve_config(tmp_path, base_model=str(tmp_path / "tiny"), expert_data=[babyai_expert])
+    cfg = improve_config(tmp_path, base_model=str(tmp_path / "tiny"), expert_data=[babyai_data])
     real = say.run_train_say
 
     def killed(*a, **k):
@@ -169,5 +157,5 @@ def test_a_round_runs_end_to_end_and_resumes_without_rolling_out_again(babyai_ex
     assert "| 1 | `models:/improve-test/1` |" in table and "Stopped" in table
     assert plot_rounds(state, tmp_path / "rounds.png").stat().st_size > 1000
     with pytest.raises(InvalidInputError, match="another config"):
-        run_improve(improve_config(tmp_path, base_model=str(tmp_path / "tiny"), expert_data=[babyai_expert],
+        run_improve(improve_config(tmp_path, base_model=str(tmp_path / "tiny"), expert_data=[babyai_data],
                                    rollout_seeds=[0, 1]), progress=False)

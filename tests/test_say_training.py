@@ -22,21 +22,8 @@ from groundplan.rollout.say_examples import ForcedChoiceLM, replay_examples
 pytest.importorskip("minigrid")
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = {"train_per_family": 3, "test_per_family": 1, "generalize_per_family": 1}
+from tests.conftest import BABYAI_SMALL as SMALL  # noqa: E402
 SCP = {"prompt": "saycanpay_babyai_plain", "done_skill": "done picking up", "decoding": "greedy_action", "score": "say"}
-
-
-@pytest.fixture(scope="module")
-def babyai_data(tmp_path_factory):
-    """Expert trajectories of BabyAI's train split (3 tasks per level), collected in this process."""
-    from groundplan.pipelines.collect.collect import run_collect
-    from groundplan.pipelines.collect.config import CollectConfig
-
-    out = tmp_path_factory.mktemp("collect")
-    cfg = CollectConfig.model_validate({"name": "t", "env": {"name": "babyai", "options": SMALL}, "splits": ["train"],
-                                        "runtime": {"executor": "local", "mlflow": False}, "output_dir": str(out)})
-    run_collect(cfg, progress=False)
-    return str(cfg.data_dir)
 
 
 def say_config(data_path: str, out: Path, **kw):
