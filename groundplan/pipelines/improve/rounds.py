@@ -320,7 +320,8 @@ def _round(cfg: ImproveConfig, rec: dict[str, Any], folder: Path, rollout_tasks:
                           [t.task_id for t in rollout_tasks], cfg.rollout_seeds)
     result = run_sweep(sweep, progress=progress, lineage_check=False)  # train tasks by design: data, not a test
     kept = kept_episodes(result.traces)
-    out: dict[str, Any] = {"rollouts": rate(result.traces)}
+    out: dict[str, Any] = {"rollouts": {**rate(result.traces), "episodes_run": result.stats.get("episodes_run"),
+                                        "episodes_per_min": result.stats.get("episodes_per_min")}}
     out["kept"] = keep(cfg, r, result.traces, folder / "data")
     if out["kept"]["stored"]:
         from groundplan.grounding.canpay.data import read_trajectories
