@@ -59,7 +59,7 @@ def plot_rounds(state: dict[str, Any], path: str | Path, title: str | None = Non
     ax.set_xlabel("round (0: the start model)")
     ax.set_ylabel("success, % (95% CI)")
     ax.set_xticks([r["round"] for r in state["rounds"]])
-    ax.set_ylim(0, 100)
+    ax.set_ylim(-2, 103)
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     ax.set_title(title or f"groundplan improve: {state['name']}")
