@@ -10,6 +10,16 @@ from typing import Sequence
 from groundplan.core.errors import InvalidInputError
 
 
+def _wilson_bounds(p: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson score bounds of proportion ``p`` at sample size ``n`` (an effective, possibly fractional,
+    n for clustered data), clipped to [0, 1]."""
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval for a binomial proportion (Wilson 1927; Brown, Cai & DasGupta 2001):
 
@@ -24,12 +34,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
         raise InvalidInputError(f"z must be positive, got {z}")
     if n == 0:
         return 0.0, 1.0
-    p = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4 * n * n)) / denom
-    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = _wilson_bounds(successes / n, n, z)
     if successes == 0:
         lo = 0.0
     if successes == n:
@@ -58,11 +63,7 @@ def clustered_wilson(clusters: Sequence[tuple[int, int]], z: float = 1.96) -> tu
     n_eff = float(k) if v <= 0 or p in (0.0, 1.0) else min(float(n), p * (1 - p) / v)
     if n_eff <= 0:
         return p, 0.0, 1.0
-    z2 = z * z
-    denom = 1.0 + z2 / n_eff
-    centre = (p + z2 / (2 * n_eff)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n_eff + z2 / (4 * n_eff * n_eff)) / denom
-    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = _wilson_bounds(p, n_eff, z)
     return p, (0.0 if p == 0 else lo), (1.0 if p == 1 else hi)
 
 

@@ -6,10 +6,10 @@ Round 0 evaluates the start model. Each later round r:
 1. **rolls out** round r-1's model on the rollout tasks (the selected train tasks minus the validation
    tasks), every seed of ``rollout_seeds``, with ``rollout_planner`` (which may sample), through the
    sweep machinery (runner actors and the batched scorer, or the local executor);
-2. **keeps** the episodes the env judged successful that end in the planner's done step, replays each in
-   the env to record its observations and admissible lists, and appends them to the round's Parquet
-   dataset (``round-<r>/data``, the collect schema; source ``improve-r<r>``), with no expert and no oracle
-   in the loop;
+2. **keeps** the episodes the env judged successful, replays each in the env to record its observations
+   and admissible lists, ends it with the done step where the env's goal check first held, and appends it
+   to the round's Parquet dataset (``round-<r>/data``, the collect schema; source ``improve-r<r>``), with no
+   expert and no oracle in the loop;
 3. **fine-tunes** the base model on the expert data (if any) and every round's kept episodes so far, on
    Ray Train (:func:`~groundplan.pipelines.train.say.run_train_say`), restricted to the rollout tasks, and
    registers it as the next version of ``models:/<name>``;
@@ -87,10 +87,10 @@ def split_tasks(cfg: ImproveConfig) -> tuple[list[Task], list[Task]]:
             shown |= {k for e in spec.planner_options.prompt_lineage().examples for k in (e.signature, e.instruction)}
     free = [t for t in tasks if _signature(t) not in shown and instruction_key(t.instruction) not in shown]
     sigs = sorted({_signature(t) for t in free}, key=lambda s: hashlib.sha1(f"{cfg.name}|{s}".encode()).hexdigest())
-    n_val = min(len(sigs) - 1, max(1, round(len(sigs) * cfg.validation_fraction)))
     if len(sigs) < 2:
         raise InvalidInputError(f"the task selection holds {len(sigs)} distinct task(s); rollouts and validation "
                                 "need at least 2")
+    n_val = min(len(sigs) - 1, max(1, round(len(sigs) * cfg.validation_fraction)))
     val = set(sigs[:n_val])
     return [t for t in tasks if _signature(t) not in val], [t for t in tasks if _signature(t) in val]
 

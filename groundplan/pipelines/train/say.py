@@ -274,7 +274,8 @@ def _inputs_state(cfg: SayTrainConfig, paths: list[str] | None) -> list[tuple[st
     since the examples were built changes the key, so they are never read stale."""
     from groundplan.grounding.canpay.data import expand_paths
 
-    files = expand_paths(paths if paths is not None else cfg.data) if (paths or cfg.data) else []
+    sources = cfg.data if paths is None else paths
+    files = expand_paths(sources) if sources else []
     files += [str(Path(f) / "traces.jsonl") if Path(f).is_dir() else f for f in cfg.traces]
     every = [q for f in map(Path, files) for q in (sorted(x for x in f.rglob("*") if x.is_file()) if f.is_dir() else [f])]
     out = []
