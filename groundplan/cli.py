@@ -228,6 +228,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
+    from groundplan.evaluation import outcomes
+
+    if args.export:
+        names = [n.strip() for n in args.names.split(",")] if args.names else None
+        path = outcomes.write_outcomes(args.export, outcomes.export_outcomes(args.runs, names, args.pair or ()))
+        console.print(f"outcomes: {path}", markup=False)
+        return 0
+    if args.markdown:
+        for path in args.runs:
+            console.print(outcomes.render_markdown(outcomes.load_outcomes(path)), markup=False, highlight=False,
+                          soft_wrap=True)
+        return 0
+    if args.render:
+        for page in args.runs:
+            outcomes.render_page(page)
+            console.print(f"rendered {page}", markup=False)
+        return 0
     from groundplan.evaluation.tables import run_tables
 
     console.print(run_tables(args.runs, env=args.env, split=args.split), markup=False, highlight=False, soft_wrap=True)
@@ -562,6 +579,18 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--env", default=None, help="SayCanPay: the env whose reference plans are the experts "
                     "(default: the traces')")
     tb.add_argument("--split", default=None, help="SayCanPay: the env's split the runs used (default: its own)")
+    mode = tb.add_mutually_exclusive_group()
+    mode.add_argument("--export", default=None, metavar="FILE", help="write the runs' episode outcomes (identity and "
+                      "measures, no prompts) to FILE, the committed data a results table is rendered from")
+    mode.add_argument("--markdown", action="store_true", help="the arguments are outcomes files: print each one's "
+                      "table in Markdown (clustered 95%% intervals, Holm-adjusted paired tests)")
+    mode.add_argument("--render", action="store_true", help="the arguments are Markdown pages: re-render every "
+                      "<!-- outcomes: FILE --> block from its file")
+    tb.add_argument("--names", default=None, metavar="NAME,NAME", help="--export: each run's name in the tables "
+                    "(default: its config's name)")
+    tb.add_argument("--pair", action="append", default=None, metavar="RUN:LABEL=RUN:LABEL", help="--export: also "
+                    "test these two rows against each other (e.g. a fine-tuned row and a frozen row of another "
+                    "prompt); repeatable")
     tb.set_defaults(func=cmd_tables)
 
     cp = sub.add_parser("compare", help="compare two runs on the episodes they share: per planner, success with "

@@ -67,6 +67,25 @@ def test_beam_memo_returns_the_first_search_and_is_bounded(tiny_lm):
         tiny_lm.beam_memo_size = size
 
 
+def test_a_seeded_sampling_repeated_is_answered_from_the_sample_memo(tiny_lm):
+    from groundplan.llm.base import GenerationParams
+
+    params = GenerationParams(n=4, temperature=0.8, max_new_tokens=6, seed=7)
+    hits = tiny_lm.stats.sample_memo_hits
+    first = tiny_lm.generate(PROMPT, params)
+    size = tiny_lm.sample_memo_size
+    try:
+        tiny_lm.sample_memo_size = 0  # disabled: the seed alone draws the same samples again
+        assert tiny_lm.generate(PROMPT, params) == first and tiny_lm.stats.sample_memo_hits == hits
+    finally:
+        tiny_lm.sample_memo_size = size
+    assert tiny_lm.generate(PROMPT, params) == first and tiny_lm.stats.sample_memo_hits == hits + 1
+    tiny_lm.generate(PROMPT, GenerationParams(n=4, temperature=0.8, max_new_tokens=6, seed=8))
+    tiny_lm.generate(PROMPT, GenerationParams(n=4, temperature=0.8, max_new_tokens=6))  # unseeded: never kept
+    tiny_lm.generate(PROMPT, GenerationParams(n=4, temperature=0.8, max_new_tokens=6))
+    assert tiny_lm.stats.sample_memo_hits == hits + 1
+
+
 def test_one_group_equals_transformers_beam_search(tiny_lm):
     params = BeamSearchParams(num_beams=4, num_groups=1, diversity_penalty=0.0, max_new_tokens=4, stop=())
     ours = sorted(diverse_beam_search(tiny_lm, PROMPT, params), key=lambda c: -c.score)

@@ -149,6 +149,42 @@ def test_empty_or_failed_data_and_test_traces_are_refused_before_training(babyai
         build_say_examples(say_config(babyai_data, tmp_path, data=[], traces=[str(sweep)]))
 
 
+def test_a_trajectorys_decisions_train_as_one_sequence_with_the_same_loss(babyai_data, tmp_path):
+    """Merged rows hold every decision's completion once, read after the same prompt text, so a model's
+    log-probs of the completion tokens are those of the decisions trained one by one (float32, 1e-4)."""
+    import torch
+
+    from groundplan.pipelines.train.say import build_say_examples, decision_chains, sft_rows
+    from tests.conftest import tiny_llama_lm
+
+    train, _, _, _ = build_say_examples(say_config(babyai_data, tmp_path))
+    examples = [e.to_json() for e in train]
+    chains = decision_chains(examples)
+    assert len(chains) < len(examples) and sum(map(len, chains)) == len(examples)
+    lm = tiny_llama_lm(tmp_path / "tiny", seed=1)
+    tok, model = lm.tokenizer, lm.model
+    merged, dropped = sft_rows(examples, tok, 4096, None, 0, merge=True)
+    alone, _ = sft_rows(examples, tok, 4096, None, 0, merge=False)
+    assert dropped == 0 and len(merged) == len(chains) and len(alone) == len(examples)
+    assert sum(len(r["input_ids"]) for r in merged) < 0.6 * sum(len(r["input_ids"]) for r in alone)
+
+    def completion_logprob(rows):
+        total, n = 0.0, 0
+        for r in rows:
+            ids = torch.tensor([r["input_ids"]])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+            target, mask = ids[0, 1:], torch.tensor(r["completion_mask"][1:], dtype=torch.bool)
+            total += logp[torch.arange(len(target)), target][mask].sum().item()
+            n += int(mask.sum())
+        return total, n
+
+    (a, na), (b, nb) = completion_logprob(merged), completion_logprob(alone)
+    assert na == nb and abs(a - b) <= 1e-4 * abs(b)
+    capped, _ = sft_rows(examples, tok, 4096, 5, 0)  # a decision cap takes whole chains, cut at the cap
+    assert 1 <= len(capped) <= 5 and sum(map(sum, (r["completion_mask"] for r in capped))) < nb
+
+
 # ------------------------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def trained(babyai_data, tmp_path_factory):

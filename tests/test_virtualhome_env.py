@@ -56,6 +56,28 @@ def test_dataset_and_split_are_complete_and_deterministic(env):
     assert task.family == task.instruction and task.reference_plan and task.goal["tl_goal"]
 
 
+def test_the_train_split_is_the_demonstration_programs_and_collects_by_their_scripts(env, tmp_path):
+    from groundplan.envs.experts import EXPERTS, expert_declaration
+    from groundplan.pipelines.collect.collect import run_collect
+    from groundplan.pipelines.collect.config import CollectConfig
+
+    train = VirtualHomeEnv(split="train")
+    assert [t.task_id for t in train.tasks()] == [d.program_id for d in env.demonstrations()]
+    assert not {t.instruction for t in train.tasks()} & {t.instruction for t in env.tasks()}
+    assert VirtualHomeEnv.capabilities.disjoint_by == "instruction"
+    assert EXPERTS.get("virtualhome") and expert_declaration("virtualhome").reads
+    cfg = CollectConfig.model_validate({"name": "c", "env": {"name": "virtualhome", "options": {}}, "splits": ["train"],
+                                        "source": {"kind": "expert"}, "runtime": {"executor": "local", "mlflow": False},
+                                        "limit": 3, "output_dir": str(tmp_path)})
+    result = run_collect(cfg, progress=False)
+    assert result.appended == 3
+    from groundplan.grounding.canpay.data import read_trajectories
+
+    trajs = read_trajectories([str(cfg.data_dir)], env="virtualhome", split="train")
+    by_id = {t.task_id: t for t in train.tasks()}
+    assert all(t.success and t.actions[:-1] == by_id[t.task_id].reference_plan for t in trajs)
+
+
 def test_action_space_two_way_mapping_is_exact():
     space = scene_action_space()
     assert 30_000 < len(space) < 60_000

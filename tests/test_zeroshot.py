@@ -131,6 +131,11 @@ def test_dynamic_and_fixed_example():
     named = make_zeroshot(FakeLM(), demonstrations=DEMOS, dynamic_example=False, fixed_example="Turn on light")
     named.reset(TASK, _obs())
     assert named.example == DEMOS[1]
+    for make in (make_zeroshot, make_vanilla):  # a fine-tuned model's prompt: the task alone
+        bare = make(FakeLM(), demonstrations=DEMOS, prompt_example=False)
+        bare.reset(TASK, _obs())
+        assert bare.example is None and bare.prompt == "Task: Turn on lamp\nStep 1:"
+        assert bare.config.prompt_format != make(FakeLM(), demonstrations=DEMOS).config.prompt_format
 
 
 def test_ablation_without_translation_emits_the_raw_sample():

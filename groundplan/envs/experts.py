@@ -77,6 +77,7 @@ EXPERTS.register_lazy("hanoi", "groundplan.envs.tabletop.hanoi:HanoiOracle")
 EXPERTS.register_lazy("blocks_bowls", "groundplan.envs.tabletop.blocks_bowls:BlocksBowlsOracle")
 EXPERTS.register_lazy("virtualhome_scp", "groundplan.envs.virtualhome.saycanpay:reference_program_expert")
 EXPERTS.register_lazy("kitchen", "groundplan.envs.experts:ReferencePlanExpert")
+EXPERTS.register_lazy("virtualhome", "groundplan.envs.experts:ReferencePlanExpert")
 EXPERTS.register_lazy("virtualhome_eai", "groundplan.envs.virtualhome.eai.env:GoldProgramExpert")
 
 
@@ -96,6 +97,7 @@ EXPERT_DECLARATIONS: dict[str, OracleDeclaration] = {
     "blocks_bowls": _expert({Truth.GOAL, Truth.STATE}, "the bowls' true contents and the task's goal colours"),
     "virtualhome_scp": _expert({Truth.REFERENCE_PLAN}, "the task's reference program, played open loop"),
     "kitchen": _expert({Truth.REFERENCE_PLAN}, "the task's reference plan, played open loop (SayCan App. C.2)"),
+    "virtualhome": _expert({Truth.REFERENCE_PLAN}, "the task's program (its human-written script), played open loop"),
     "virtualhome_eai": _expert({Truth.REFERENCE_PLAN, Truth.START_STATE}, "the task's gold program (EAI's dataset, "
                                "named in the task's start state), played open loop"),
 }

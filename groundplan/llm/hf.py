@@ -28,7 +28,7 @@ from groundplan.llm.base import Generation, GenerationParams, OptionScore, Promp
 from groundplan.llm.embeddings import SentenceEmbedder
 from groundplan.llm.hf_batch import BATCHED_MODES, BatchScorer, check_batch_options
 from groundplan.llm.hf_echo import TOP_LOGPROBS, EchoScorer
-from groundplan.llm.hf_generate import BeamMemo, Sampler
+from groundplan.llm.hf_generate import DecodeMemo, Sampler
 from groundplan.llm.hf_kv import KV, KVContext, add_sliding_window
 from groundplan.llm.hf_scoring import PackedScorer, Prepared, Top
 from groundplan.llm.hf_stats import EngineStats
@@ -81,6 +81,7 @@ class HFLanguageModel:
             batches and keep the faster on this device.
         max_batch_rows: most requests in one padded forward (bounds the key/value copy's memory).
         beam_memo_size: diverse beam searches remembered by (prompt, parameters), LRU (0: none).
+        sample_memo_size: seeded samplings remembered by (prompt, parameters), LRU (0: none).
     """
 
     def __init__(
@@ -94,14 +95,15 @@ class HFLanguageModel:
         batched_forward: str = "auto",
         max_batch_rows: int = 16,
         beam_memo_size: int = 20000,
+        sample_memo_size: int = 20000,
         tracking_uri: str | None = None,
     ) -> None:
         # options are checked before the model loads, so a bad one costs no load
         if max_pack_tokens < 1:
             raise InvalidInputError("max_pack_tokens must be at least 1")
         check_batch_options(batched_forward, max_batch_rows)
-        if beam_memo_size < 0:
-            raise InvalidInputError("beam_memo_size must be >= 0 (0 disables the memo)")
+        if beam_memo_size < 0 or sample_memo_size < 0:
+            raise InvalidInputError("beam_memo_size and sample_memo_size must be >= 0 (0 disables the memo)")
         loaded = load_causal_lm(model, dtype=dtype, device_map=device_map, tracking_uri=tracking_uri)
         self.name = model
         self.model = loaded.model
@@ -117,7 +119,8 @@ class HFLanguageModel:
         self._batch = BatchScorer(self._scorer, batched_forward, max_batch_rows)
         self._echo = EchoScorer(self._scorer, PrefixCache(int(prefix_cache_mb) << 20))
         self._sampler = Sampler(self._tokens, self._kv, self.stats, self._lock)
-        self._beams = BeamMemo(beam_memo_size, self.stats, self._lock)
+        self._beams = DecodeMemo(beam_memo_size, self.stats, self._lock, "beam_memo_hits")
+        self._samples = DecodeMemo(sample_memo_size, self.stats, self._lock, "sample_memo_hits")
 
     @property
     def num_parameters(self) -> int:
@@ -157,8 +160,11 @@ class HFLanguageModel:
     @torch.inference_mode()
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         """``n`` samples decoded together over the cached prompt; ``temperature == 0`` is greedy; log-probs
-        are the model's own (:meth:`groundplan.llm.hf_generate.Sampler.generate`)."""
-        return self._sampler.generate(prompt, params)
+        are the model's own (:meth:`groundplan.llm.hf_generate.Sampler.generate`). A seeded call repeated with
+        the same prompt and parameters is answered from the sample memo (:class:`~groundplan.llm.hf_generate.DecodeMemo`)."""
+        if params.seed is None:
+            return self._sampler.generate(prompt, params)
+        return self._samples.recall(prompt, params, lambda: self._sampler.generate(prompt, params))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self._embedder.embed(texts)
@@ -180,6 +186,7 @@ class HFLanguageModel:
     batched_forward_chosen = _Forward("_batch", "chosen", _AS_IS)
     _trial_s = _Forward("_batch", "trial_s", _AS_IS)
     beam_memo_size = _Forward("_beams", "size", int)
+    sample_memo_size = _Forward("_samples", "size", int)
     _beam_memo = _Forward("_beams", "entries")
     _line_splice = _Forward("_tokens", "line_splice", bool)
 

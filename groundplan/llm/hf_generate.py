@@ -1,9 +1,10 @@
-"""Generation for the Hugging Face engine: packed sampling over the cached prompt, and the beam-search memo.
+"""Generation for the Hugging Face engine: packed sampling over the cached prompt, and the memo of decodes.
 
 Sampling decodes ``n`` samples side by side in one sequence after the prompt's cached key/values
 (:mod:`groundplan.llm.hf_kv`), each attending to the prompt and its own tokens, so the prompt is never
-copied per sample. Beams are :mod:`groundplan.llm.beam_search`'s diverse beam search on the same cache;
-here only its memo (a deterministic search repeated after the same prompt is answered from memory).
+copied per sample. Beams are :mod:`groundplan.llm.beam_search`'s diverse beam search on the same cache.
+A deterministic decode (a beam search; sampling with a seed) repeated after the same prompt with the same
+parameters is answered from memory (:class:`DecodeMemo`).
 """
 from __future__ import annotations
 
@@ -68,20 +69,41 @@ class Sampler(EnginePart):
                                   lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos)
 
 
-class BeamMemo:
-    """Diverse beam searches remembered by (prompt, parameters), LRU, at most ``size`` (0: none).
+class DecodeMemo:
+    """Deterministic decodes remembered by (prompt, parameters), LRU, at most ``size`` (0: none).
 
-    The search has no randomness, and in a sweep SayCanPay's Greedy-Action rows propose after the same
-    histories (the first step always), as Beam-Action's beams do after shared prefixes, so a repeat
-    returns the candidates the search gave the first time."""
+    A beam search has no randomness and a seeded sample draws the same numbers, so a repeat returns what the
+    decode gave the first time. Repeats are common: in a sweep SayCanPay's Greedy-Action rows propose after the
+    same histories (the first step always), as Beam-Action's beams do after shared prefixes; Zero-Shot's
+    planners read only the instruction, so every program of one task name samples the same steps with the
+    same seeds. ``hits`` names the :class:`~groundplan.llm.hf_stats.EngineStats` counter a hit adds to."""
 
-    def __init__(self, size: int, stats: EngineStats, lock: threading.RLock) -> None:
+    def __init__(self, size: int, stats: EngineStats, lock: threading.RLock, hits: str) -> None:
         if size < 0:
-            raise InvalidInputError("beam_memo_size must be >= 0 (0 disables the memo)")
+            raise InvalidInputError("a memo size must be >= 0 (0 disables the memo)")
         self.size = int(size)
         self.stats = stats
         self.lock = lock
+        self.hits = hits
         self.entries: OrderedDict[bytes, list] = OrderedDict()
+
+    def recall(self, prompt: str, params: Any, decode: Any) -> list:
+        """``decode()``'s result for (``prompt``, ``params``), from the memo when it ran before."""
+        if not self.size:
+            return decode()
+        key = hashlib.blake2b(f"{params!r}\x00{prompt}".encode(), digest_size=20).digest()
+        with self.lock:
+            hit = self.entries.get(key)
+            if hit is not None:
+                self.entries.move_to_end(key)
+                setattr(self.stats, self.hits, getattr(self.stats, self.hits) + 1)
+                return list(hit)
+        out = decode()
+        with self.lock:
+            self.entries[key] = list(out)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        return out
 
     def candidates(self, lm: Any, prompt: str, params: Any) -> list:
         """Token-level diverse beam search on engine ``lm`` (:func:`~groundplan.llm.beam_search.diverse_beam_search`),
@@ -89,18 +111,4 @@ class BeamMemo:
         from groundplan.llm.beam_search import diverse_beam_search
 
         self.stats.beam_searches += 1
-        if not self.size:
-            return diverse_beam_search(lm, prompt, params)
-        key = hashlib.blake2b(f"{params!r}\x00{prompt}".encode(), digest_size=20).digest()
-        with self.lock:
-            hit = self.entries.get(key)
-            if hit is not None:
-                self.entries.move_to_end(key)
-                self.stats.beam_memo_hits += 1
-                return list(hit)
-        out = diverse_beam_search(lm, prompt, params)
-        with self.lock:
-            self.entries[key] = list(out)
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return out
+        return self.recall(prompt, params, lambda: diverse_beam_search(lm, prompt, params))

@@ -17,4 +17,5 @@ class EngineStats:
     beam_searches: int = 0  # beam_candidates calls
     prompt_logprob_texts: int = 0  # texts given per-token log-probs (prompt_logprobs)
     beam_memo_hits: int = 0  # of which answered from the beam memo
+    sample_memo_hits: int = 0  # seeded generate calls answered from the sample memo
     splice_fallbacks: int = 0  # score calls whose spliced encoding differed from the joint one (encoded jointly)

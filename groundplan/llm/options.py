@@ -59,6 +59,11 @@ class HFOptions(BackendOptions):
                                 "could differ only where a near-tie meets the ~1e-5 path dependence of the "
                                 "scores. Planners of one sweep (Greedy-Action rows, Beam-Action's beams) ask "
                                 "for the same prompts")
+    sample_memo_size: int = Field(20000, ge=0, description="seeded samplings (Zero-Shot's steps and plans, "
+                                  "sampled SayCanPay candidates) remembered by (prompt, parameters), LRU; 0 "
+                                  "disables. A seeded sampling draws the same numbers, so a hit returns what it "
+                                  "drew first; Zero-Shot's planners read only the instruction, so every program "
+                                  "of one task name repeats its samples")
 
     @property
     def capabilities(self) -> LLMCapabilities:

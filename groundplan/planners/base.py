@@ -132,6 +132,12 @@ class Planner(ABC):
         dialog, Sec. 3). Say fine-tuning trains the done decision on it."""
         return None
 
+    def step_text(self, skill: str) -> str | None:
+        """How this planner's LM writes ``skill`` when it generates it, in the form its prompt then shows the
+        step (Zero-Shot's "Step 2: Walk to bed", capitalised); None: the skill's own text. Say fine-tuning
+        trains a generated step on it, so the target is what the next prompt holds."""
+        return None
+
     def use_action_model(self, model: "ActionModel | None") -> None:
         """The env's :class:`~groundplan.envs.base.ActionModel` for this episode (its rules and the actions
         it lists in each state, never the goal), or None when the env declares none.

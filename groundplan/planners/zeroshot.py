@@ -142,6 +142,10 @@ class _Base(PlannerOptions):
     repetition_penalty: float = Field(
         1.0, gt=0, description="Hugging Face repetition penalty while sampling (paper grid {1.0, 1.2, 1.5, 1.8}); 1.0: none.")
     max_steps: int = Field(20, ge=1, description="Most steps per plan ([code]: 20).")
+    prompt_example: bool = Field(
+        True, description="Open the prompt with a demonstration (Sec. 3.1); False: the task alone (\"Task: <name>\\nStep "
+        "1:\"), the prompt of a planning LM fine-tuned on the demonstrations (Table 1's fine-tuned row), which "
+        "has learned their format instead of reading it from an example.")
     dynamic_example: bool = Field(True, description="Pick the demonstration with the most similar task name (Sec. 3.4); False: the fixed example.")
     fixed_example: str | None = Field(
         None, description="Task name or program id of the fixed example (default: the first demonstration).")
@@ -162,7 +166,7 @@ class _Base(PlannerOptions):
 class ZeroShotConfig(_Base):
     """Options of the translated planner and its ablations (Table 2)."""
 
-    PROMPT_FIELDS = ("prompt", "dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options",
+    PROMPT_FIELDS = ("prompt", "prompt_example", "dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options",
                      "trajectory_correction", "reprompt_on_failure", "done_skill")
 
     beta: float = Field(0.3, ge=0, description="Weight of the mean log-prob in the translation score.")
@@ -192,7 +196,7 @@ class ZeroShotConfig(_Base):
 class VanillaConfig(_Base):
     """Options of the vanilla baseline: best of k whole plans by mean log-prob, no translation."""
 
-    PROMPT_FIELDS = ("dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options")
+    PROMPT_FIELDS = ("prompt_example", "dynamic_example", "fixed_example", "demo_dataset", "demo_dataset_options")
 
     dynamic_example: bool = Field(False, description="The paper's vanilla LLMs use one fixed example.")
     max_new_tokens: int = Field(160, ge=1, description="Longest sampled plan.")
@@ -270,8 +274,9 @@ class _ZeroShotBase(EpisodeProgress, Planner):
         self._reset_plan(task, observation)
 
     def _opening(self, query: str) -> str:
-        """The episode's opening prompt: the chosen demonstration and the query (Sec. 3.1)."""
-        self.example = self.select_example(query)
+        """The episode's opening prompt: the chosen demonstration (none without ``prompt_example``) and the
+        query (Sec. 3.1)."""
+        self.example = self.select_example(query) if self.config.prompt_example else None
         return opening_prompt(self.example, query)
 
     def _reset_plan(self, task: Task, observation: Observation) -> None:
@@ -359,6 +364,10 @@ class ZeroShotPlanner(_ZeroShotBase):
     def done_text(self) -> str | None:
         """Without a dialog the plan ends when most samples are empty (Sec. 3); with one, on the done label."""
         return None if self._dialog is not None else ""
+
+    def step_text(self, skill: str) -> str | None:
+        """Without a dialog, the prompt shows a step capitalised (Sec. 3.1's example format)."""
+        return capitalise(skill) if self._dialog is None else None
 
     def _says_done(self, sample: str) -> bool:
         return self._dialog is not None and sample.lower() == self.config.done_skill.lower()

@@ -78,7 +78,8 @@ class ForcedChoiceLM:
 
     def expect(self, step: str, text: str | None = None) -> None:
         """The next decision should choose ``step``; a generation writes ``text`` for it when given (the
-        planner's :attr:`~groundplan.planners.base.Planner.done_text` for its done decision)."""
+        planner's :attr:`~groundplan.planners.base.Planner.done_text` for its done decision, its
+        :meth:`~groundplan.planners.base.Planner.step_text` for a step)."""
         self.target, self.matched, self.text = step, False, text
 
     def _record(self, prompt: str, completion: str, kind: str, eos: bool = False) -> None:
@@ -99,10 +100,8 @@ class ForcedChoiceLM:
         return [self.score(p, o) for p, o in requests]
 
     def _completion(self, prompt: str) -> str:
-        if self.text is not None:
-            return self.text
-        text = (self.target or "").strip()
-        return text if not prompt or prompt[-1].isspace() else " " + text
+        text = (self.target or "").strip() if self.text is None else self.text
+        return text if not text or not prompt or prompt[-1].isspace() else " " + text
 
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         text = self._completion(prompt)
@@ -144,7 +143,7 @@ class ForcedPlanner(Planner):
         if self._i >= len(self.steps):
             raise Diverged("the trajectory ended without a done step")
         step = self.steps[self._i]
-        self.lm.expect(step, self.planner.done_text if step == self.done_skill else None)
+        self.lm.expect(step, self.planner.done_text if step == self.done_skill else self.planner.step_text(step))
         decision = self.planner.next_step(observation, last)
         chosen_done = decision.done
         want_done = step == self.done_skill

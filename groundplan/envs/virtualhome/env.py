@@ -1,8 +1,9 @@
 """VirtualHome (scene 1 of ``virtualhome-eval``) as a groundplan environment, for Zero-Shot Planners
 (Huang et al., 2022) and SayCan-style planners.
 
-- Tasks: the 342 programs with goals, split deterministically into demonstrations
-  (:meth:`VirtualHomeEnv.demonstrations`) and test tasks (:meth:`VirtualHomeEnv.tasks`);
+- Tasks: the 342 programs with goals, split deterministically (``split_by``) into demonstrations
+  (:meth:`VirtualHomeEnv.demonstrations`) and test tasks (:meth:`VirtualHomeEnv.tasks`; ``split: train``
+  makes the demonstration programs the tasks, to collect them for training);
   ``Task.family`` is the task category, ``Task.instruction`` the task name ("Turn on light"). Test
   programs whose goal already holds in their initial graph are left out (35 of the default split's
   149: a plan that does nothing would reach them; ``keep_met_goals`` keeps them).
@@ -60,11 +61,17 @@ class VirtualHomeConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    split: Literal["category", "program"] = Field(
+    split_by: Literal["category", "program"] = Field(
         "category",
-        description="How tasks are split into demonstrations and test: 'category' holds out whole task "
-        "categories (no demonstration shares a test task's name, like the paper's held-out tasks); "
+        description="How the programs are split into demonstrations (train) and test: 'category' holds out "
+        "whole task categories (no demonstration shares a test task's name, like the paper's held-out tasks); "
         "'program' holds out programs within every category.",
+    )
+    split: Literal["train", "test"] = Field(
+        "test",
+        description="Which programs are the env's tasks: 'test' (default, the held-out programs planners are "
+        "evaluated on) or 'train' (the demonstration programs, e.g. to collect them for fine-tuning the planning "
+        "LM, Table 1's fine-tuned row). Train tasks keep the programs whose goal holds from the start.",
     )
     test_fraction: float = Field(0.3, gt=0, lt=1, description="Fraction of categories (or programs) held out for test.")
     goal_match: Literal["class", "id"] = Field(
@@ -161,7 +168,8 @@ class VirtualHomeEnv(Env):
     """VirtualHome scene 1 with the evolving-graph simulator; see the module docstring."""
 
     name = "virtualhome"
-    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS, fixed_actions=True)
+    capabilities = EnvCapabilities(measures=SUMMARY_METRICS, table_measures=SUMMARY_METRICS, fixed_actions=True,
+                                   disjoint_by="instruction")
 
     def default_affordance(self) -> str:
         return "virtualhome_preconditions"
@@ -169,14 +177,17 @@ class VirtualHomeEnv(Env):
     def __init__(self, **options: Any) -> None:
         self.config = validate_options(VirtualHomeConfig, options, "virtualhome env options")
         self.done_skill = self.config.done_skill
-        train, test = dataset.split_programs(self.config.split, self.config.test_fraction)
+        train, test = dataset.split_programs(self.config.split_by, self.config.test_fraction)
         self._train, self._test = train, test
         by_name: dict[str, list[dataset.Program]] = collections.defaultdict(list)
         for p in dataset.load_programs():
             by_name[p.name].append(p)
         self._references = {name: tuple(p.class_script for p in ps) for name, ps in by_name.items()}
-        met = frozenset() if self.config.keep_met_goals else goals_met_at_start(self.config.goal_match)
-        self._tasks = [self._task(p) for p in test if p.program_id not in met]
+        if self.config.split == "train":
+            self._tasks = [self._task(p) for p in train]
+        else:
+            met = frozenset() if self.config.keep_met_goals else goals_met_at_start(self.config.goal_match)
+            self._tasks = [self._task(p) for p in test if p.program_id not in met]
         self._planners: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._skills: list[str] | None = None
         self._masks: dict[str, np.ndarray] = {}
@@ -200,8 +211,8 @@ class VirtualHomeEnv(Env):
         )
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
-        """The test tasks (ordered by category, then program id), optionally of some categories; without
-        the programs whose goal holds from the start unless ``keep_met_goals``."""
+        """The split's tasks (ordered by category, then program id), optionally of some categories; test
+        tasks without the programs whose goal holds from the start unless ``keep_met_goals``."""
         return [t for t in self._tasks if families is None or t.family in families]
 
     def demonstrations(self) -> list[Demonstration]:

@@ -27,7 +27,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
-from groundplan.envs.splits import visible_signature
+from groundplan.envs.splits import instruction_key, visible_signature
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,12 @@ def trajectory_signature(traj: Trajectory) -> str:
     return visible_signature(traj.goal, traj.init_obs)
 
 
-def task_groups(trajs: Sequence[Trajectory]) -> list[list[Trajectory]]:
+def task_groups(trajs: Sequence[Trajectory], by: str = "signature") -> list[list[Trajectory]]:
     """The trajectories grouped by task: two are of one task when they share a task id (the seeds of a
     kitchen task: same instruction and reference plan) or what the models read of them
-    (:func:`trajectory_signature`: twins of different task ids). Groups keep the input order, and are
-    ordered by their first trajectory."""
+    (:func:`trajectory_signature`: twins of different task ids; with ``by="instruction"``, the instruction
+    alone, for an env split by task name, whose programs of one name are one task whatever their first
+    observation). Groups keep the input order, and are ordered by their first trajectory."""
     parent = list(range(len(trajs)))
 
     def find(i: int) -> int:
@@ -141,7 +142,8 @@ def task_groups(trajs: Sequence[Trajectory]) -> list[list[Trajectory]]:
 
     first: dict[tuple[str, str], int] = {}
     for i, tr in enumerate(trajs):
-        for key in (("task", tr.task_id or tr.traj_id), ("seen", trajectory_signature(tr))):
+        seen = instruction_key(tr.goal) if by == "instruction" else trajectory_signature(tr)
+        for key in (("task", tr.task_id or tr.traj_id), ("seen", seen)):
             j = first.setdefault(key, i)
             if j != i:
                 parent[find(i)] = find(j)
@@ -151,12 +153,14 @@ def task_groups(trajs: Sequence[Trajectory]) -> list[list[Trajectory]]:
     return list(groups.values())
 
 
-def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: int,
+                       by: str = "signature") -> tuple[list[Trajectory], list[Trajectory]]:
     """Train/validation split by task (Table 8: 80/20), never by trajectory, deterministic in ``seed``:
     ``val_fraction`` of the tasks (:func:`task_groups`) with all their trajectories. Split by trajectory,
     the other seeds of a validation task were training data (every kitchen task has 5 seeds with one
-    instruction and plan), so validation measured recall. Empty validation when all are of one task."""
-    groups = task_groups(trajs)
+    instruction and plan), so validation measured recall. Empty validation when all are of one task.
+    ``by``: what makes two trajectories one task (:func:`task_groups`), the env's ``capabilities.disjoint_by``."""
+    groups = task_groups(trajs, by)
     random.Random(seed).shuffle(groups)
     n_val = min(len(groups) - 1, max(1, int(round(len(groups) * val_fraction)))) if len(groups) > 1 else 0
     return [t for g in groups[n_val:] for t in g], [t for g in groups[:n_val] for t in g]

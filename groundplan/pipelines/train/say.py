@@ -4,9 +4,11 @@ The driver reads the trajectories (collected expert trajectories and successful 
 tasks), splits them by task (never by trajectory), replays each through the configured planner to get the
 exact prompt of every decision and the step's text (:mod:`groundplan.rollout.say_examples`), and starts a
 Ray Train ``TorchTrainer``. Each worker runs TRL's supervised fine-tuning (``SFTTrainer``) with a ``peft``
-LoRA adapter (or full fine-tuning): loss on the completion tokens only, examples packed into rows without
-padding (position ids restart per example, so attention stays inside each), bf16 autocast where the CPU
-has the instructions. Every epoch it evaluates the validation loss and reports a checkpoint (adapter,
+LoRA adapter (or full fine-tuning): loss on the completion tokens only. The decisions of one trajectory
+whose prompts extend each other are one sequence with every decision's completion in the loss
+(:func:`decision_chains`: the same tokens in the same causal context as each decision alone, a fraction of
+the tokens to run), packed into rows without padding (position ids restart per sequence, so attention
+stays inside each); bf16 autocast where the CPU has the instructions. Every epoch it evaluates the validation loss and reports a checkpoint (adapter,
 optimiser, scheduler, trainer state) to Ray Train; a run that is killed resumes from its last checkpoint
 when started again with the same config (same Ray Train run name and storage, same MLflow run).
 
@@ -146,7 +148,7 @@ def build_say_examples(cfg: SayTrainConfig, paths: list[str] | None = None, prog
         if foreign:
             raise InvalidInputError(f"{len(foreign)} of {len(trajs)} trajectories are not of this env's train tasks "
                                     f"(e.g. {foreign[0]}): a Say model trains on train tasks only")
-        train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed)
+        train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed, by=env.capabilities.disjoint_by)
         if not val_t:
             raise InvalidInputError(f"the {len(trajs)} trajectories are all of one task; a validation split by task "
                                     "needs at least 2")
@@ -175,19 +177,6 @@ def build_say_examples(cfg: SayTrainConfig, paths: list[str] | None = None, prog
     counts = {"trajectories": len(trajs), "train_trajectories": len(train_t), "val_trajectories": len(val_t),
               "train_examples": len(out["train"]), "val_examples": len(out["validation"]), "diverged": diverged}
     return out["train"], out["validation"], counts, lineage
-
-
-def fit_to_length(tokenizer: Any, prompt: str, completion: str, max_length: int) -> tuple[str, str] | None:
-    """(prompt, completion) within ``max_length`` tokens: a long prompt keeps its end (the history and the
-    open step, where the decision is made), never the completion; None when the completion alone is too long."""
-    c = len(tokenizer(completion, add_special_tokens=False).input_ids)
-    room = max_length - c - 2  # BOS and EOS
-    if room < 8:
-        return None
-    ids = tokenizer(prompt, add_special_tokens=False).input_ids
-    if len(ids) <= room:
-        return prompt, completion
-    return tokenizer.decode(ids[-room:]), completion
 
 
 # ------------------------------------------------------------------------------------ worker
@@ -322,19 +311,77 @@ def load_or_build_examples(cfg: SayTrainConfig, run_root: Path, key: str, paths:
     return doc["train"], doc["validation"], counts, lineage
 
 
-def sft_rows(examples: list[dict[str, Any]], tokenizer: Any, max_length: int, limit: int | None,
-             seed: int) -> tuple[list[dict[str, str]], int]:
-    """TRL's prompt-completion rows, each fitted to ``max_length`` (:func:`fit_to_length`); how many were
-    dropped because the completion alone does not fit."""
-    rows, dropped = [], 0
+def decision_chains(examples: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The examples cut into chains: consecutive decisions of one trajectory where each prompt is the last
+    prompt and its completion, extended (the planner appended the chosen step and what followed: history,
+    feedback, the next step's opening). A chain is one causal sequence whose completions are exactly the
+    chain's decisions, each read after its own prompt, so training on it once is training on every decision
+    with a fraction of the tokens. A completion the model ends with EOS ends its chain."""
+    chains: list[list[dict[str, Any]]] = []
     for e in examples:
-        fitted = fit_to_length(tokenizer, e["prompt"], e["completion"], max_length)
-        if fitted is None:
-            dropped += 1
-            continue
-        rows.append({"prompt": fitted[0], "completion": fitted[1]})
-    if limit is not None and len(rows) > limit:
-        rows = random.Random(seed).sample(rows, limit)
+        last = chains[-1][-1] if chains else None
+        if (last is not None and not last.get("eos") and last["traj_id"] == e["traj_id"]
+                and e["prompt"].startswith(last["prompt"] + last["completion"])):
+            chains[-1].append(e)
+        else:
+            chains.append([e])
+    return chains
+
+
+def _encode(tokenizer: Any, chain: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Token ids of a chain's text (the last prompt and its completion; tokenised as one text, with the special
+    tokens the scorer adds, so every boundary is tokenised as the scorer tokenises prompt and option together)
+    and its completion mask (1 on the tokens that start inside a completion, and on a closing EOS)."""
+    text = chain[-1]["prompt"] + chain[-1]["completion"]
+    spans = [(len(e["prompt"]), len(e["prompt"]) + len(e["completion"])) for e in chain]
+    enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+    ids, mask = list(enc.input_ids), []
+    for a, b in enc.offset_mapping:
+        mask.append(int(b > a and any(lo <= a < hi for lo, hi in spans)))
+    if chain[-1].get("eos"):
+        ids.append(tokenizer.eos_token_id)
+        mask.append(1)
+    return ids, mask
+
+
+def sft_rows(examples: list[dict[str, Any]], tokenizer: Any, max_length: int, limit: int | None,
+             seed: int, merge: bool = True) -> tuple[list[dict[str, list[int]]], int]:
+    """Tokenised rows for TRL (``input_ids`` and ``completion_mask``): with ``merge``, each chain of decisions
+    (:func:`decision_chains`) in as few rows of at most ``max_length`` tokens as fit, a row opening at a decision's
+    whole prompt; without, one row per decision. A prompt too long for its row keeps its end (the history and the
+    open step, where the decision is made), never losing a completion token. ``limit``: at most that many
+    decisions, whole chains in a seeded order. Returns the rows and how many decisions were dropped because their
+    completion alone does not fit."""
+    chains = decision_chains(examples) if merge else [[e] for e in examples]
+    if limit is not None and sum(map(len, chains)) > limit:
+        random.Random(seed).shuffle(chains)
+        kept, n = [], 0
+        for c in chains:
+            if n >= limit:
+                break
+            kept.append(c[: limit - n])
+            n += len(kept[-1])
+        chains = kept
+    rows, dropped = [], 0
+    for chain in chains:
+        i = 0
+        while i < len(chain):
+            j, best = i + 1, None
+            while j <= len(chain):
+                ids, mask = _encode(tokenizer, chain[i:j])
+                if len(ids) > max_length and best is not None:
+                    break
+                best = (ids, mask, j)
+                j += 1
+            ids, mask, j = best
+            if len(ids) > max_length:  # one decision too long: keep the prompt's end
+                if sum(mask) > max_length - 8:
+                    dropped += 1
+                    i = j
+                    continue
+                ids, mask = ids[-max_length:], mask[-max_length:]
+            rows.append({"input_ids": ids, "completion_mask": mask})
+            i = j
     return rows, dropped
 
 
@@ -380,8 +427,8 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    train_rows, dropped = sft_rows(train, tokenizer, cfg.max_length, cfg.max_examples, cfg.seed)
-    val_rows, _ = sft_rows(val, tokenizer, cfg.max_length, None, cfg.seed)
+    train_rows, dropped = sft_rows(train, tokenizer, cfg.max_length, cfg.max_examples, cfg.seed, cfg.merge_decisions)
+    val_rows, _ = sft_rows(val, tokenizer, cfg.max_length, None, cfg.seed, cfg.merge_decisions)
     counts = {**counts, "train_rows": len(train_rows), "val_rows": len(val_rows), "dropped_too_long": dropped}
     if not train_rows or not val_rows:
         raise InvalidInputError(f"no example fits max_length={cfg.max_length} tokens with its completion")

@@ -65,6 +65,9 @@ class SayTrainConfig(TrainRunSpec):
                             "a longer prompt keeps its end, where the step is decided.")
     packing: bool = Field(True, description="Pack examples into rows of max_length tokens without padding "
                           "(position ids restart per example, so no example attends to another).")
+    merge_decisions: bool = Field(True, description="Train on each trajectory's decisions as one sequence where "
+                                  "every prompt extends the last (every completion in the loss, each after its own "
+                                  "prompt: the same objective at a fraction of the tokens); False: one row per decision.")
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         "float32", description="Training precision: 'float32', 'bfloat16' (autocast) or 'auto' (bf16 where the CPU has "
         "AVX512-BF16 or AMX, or on a GPU). float32 by default: on this project's 2-core CPU a LoRA step of SmolLM2 "

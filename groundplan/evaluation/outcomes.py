@@ -1,0 +1,216 @@
+"""Committed episode outcomes, and the results tables rendered from them.
+
+A results page must not hold a figure typed by hand: a later change would leave it stale with no test to
+notice. So a run's episodes are exported to a compact file under ``docs/results/data/`` (each episode's
+identity: run, planner label, model, config hash, task, seed, the cluster it belongs to; and its outcomes:
+the env's measures), small enough to commit, with no prompt or trace in it. The tables are rendered from
+that file (:func:`render_markdown`) into the page between markers::
+
+    <!-- outcomes: data/say/zeroshot_virtualhome_ft.json -->
+    ...the table...
+    <!-- /outcomes -->
+
+``groundplan tables --export FILE RUN...`` writes the file; ``groundplan tables --markdown FILE`` prints the
+table; ``groundplan tables --render PAGE`` rewrites every marked block of a page, and a test re-renders each
+page and fails on any difference.
+
+The rates are over episodes, with intervals that respect the clusters (tasks that repeat an instruction
+are one question to a planner that reads only the instruction):
+:func:`~groundplan.core.stats.clustered_wilson`. Rows with one planner label in several runs (a fine-tuned
+model beside its frozen twin on the same episodes) are paired: exact McNemar over the shared episodes and
+again with one outcome per cluster (its first episode), Holm-adjusted over every test of the table.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.stats import clustered_wilson
+from groundplan.envs.splits import normalise_text
+
+#: the file format's version (a reader refuses another)
+FORMAT = 1
+MARK = re.compile(r"(<!-- outcomes: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /outcomes -->)", re.S)
+
+
+def _config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def cluster_key(trace: Any) -> str:
+    """What the planner read before it acted, as a short hash: the episode's opening prompt (the instruction,
+    and the first observation where the planner reads it), or the instruction when the trace has no prompt.
+    Episodes alike in it are one question to the planner whatever their hidden state, so they are one
+    cluster: the programs of one VirtualHome task name to Zero-Shot (its prompt is the name), the seeds of a
+    task to a planner that reads the same first observation."""
+    text = normalise_text(trace.prompt) if trace.prompt else "instruction:" + normalise_text(trace.instruction)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None,
+                    pairs: Sequence[str] = ()) -> dict[str, Any]:
+    """The outcomes document of the runs (``groundplan eval`` folders): one record per episode with its
+    cluster (:func:`cluster_key`). ``names``: each run's name in the tables (default: its config's).
+    ``pairs``: rows to test against each other beside the same-label ones, each ``RUN:LABEL=RUN:LABEL``
+    (a fine-tuned row against a frozen row of another prompt)."""
+    from groundplan.evaluation.tables import run_configs, run_folders, run_traces
+
+    folders = run_folders(run_dirs)
+    configs = run_configs(folders)
+    if names is not None and len(names) != len(folders):
+        raise InvalidInputError(f"{len(names)} names for {len(folders)} runs")
+    runs, episodes = [], []
+    for i, (folder, config) in enumerate(zip(folders, configs)):
+        name = names[i] if names is not None else config.get("name", folder.name)
+        runs.append({"name": name, "config_hash": _config_hash(config), "env": config["env"]["name"],
+                     "env_options": config["env"].get("options", {}), "model": config.get("llm", {}).get("model")})
+        for t in run_traces([folder]):
+            if t.error:
+                measures: dict[str, Any] = {"error": t.error.splitlines()[0][:200]}
+            else:
+                measures = {"execution_success": float(bool(t.execution_success)),
+                            **{k: float(v) for k, v in sorted(t.metrics.items()) if isinstance(v, (int, float))}}
+            episodes.append({"run": name, "planner": t.planner, "config_hash": t.config_hash, "task_id": t.task_id,
+                             "seed": t.seed, "cluster": cluster_key(t), **measures})
+    extra = []
+    for item in pairs:
+        sides = [side.partition(":") for side in item.split("=")]
+        if len(sides) != 2 or not all(sep and r and p for r, sep, p in sides):
+            raise InvalidInputError(f"a pair is RUN:LABEL=RUN:LABEL, got {item!r}")
+        for r, _, p in sides:
+            if not any(e["run"] == r and e["planner"] == p for e in episodes):
+                raise InvalidInputError(f"no episode of planner {p!r} in run {r!r} (pair {item!r})")
+        extra.append({"a": [sides[0][2], sides[0][0]], "b": [sides[1][2], sides[1][0]]})
+    return {"format": FORMAT, "runs": runs, "pairs": extra, "episodes": episodes}
+
+
+def write_outcomes(path: str | Path, doc: dict[str, Any]) -> Path:
+    """One episode a line inside a JSON document (readable diffs when a run is redone)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head = json.dumps({k: v for k, v in doc.items() if k != "episodes"}, sort_keys=True)[:-1]
+    lines = ",\n".join(json.dumps(e, sort_keys=True) for e in doc["episodes"])
+    path.write_text(f'{head}, "episodes": [\n{lines}\n]}}\n')
+    return path
+
+
+def load_outcomes(path: str | Path) -> dict[str, Any]:
+    doc = json.loads(Path(path).read_text())
+    if doc.get("format") != FORMAT:
+        raise InvalidInputError(f"{path}: outcomes format {doc.get('format')!r}, this reader takes {FORMAT}")
+    return doc
+
+
+def _rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(planner, run) of every row, planners in first-seen order, each planner's runs in the file's run order."""
+    order = [r["name"] for r in doc["runs"]]
+    planners: list[str] = []
+    runs: dict[str, set[str]] = defaultdict(set)
+    for e in doc["episodes"]:
+        if e["planner"] not in runs:
+            planners.append(e["planner"])
+        runs[e["planner"]].add(e["run"])
+    return [(p, r) for p in planners for r in order if r in runs[p]]
+
+
+def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str]]:
+    """The measures every episode without an error has, in order (execution success first), and which are 0/1."""
+    kept = [e for e in doc["episodes"] if "error" not in e]
+    skip = {"run", "planner", "config_hash", "task_id", "seed", "cluster"}
+    names = [k for k in kept[0] if k not in skip] if kept else []
+    names = [k for k in names if all(k in e for e in kept)]
+    names.sort(key=lambda k: (k != "execution_success", k))
+    binary = {k for k in names if all(e[k] in (0.0, 1.0) for e in kept)}
+    return names, binary
+
+
+def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
+    by_cluster: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for e in episodes:
+        c = by_cluster[e["cluster"]]
+        c[0] += int(e[measure] == 1.0)
+        c[1] += 1
+    k = sum(y for y, _ in by_cluster.values())
+    p, lo, hi = clustered_wilson([tuple(v) for v in by_cluster.values()])
+    return f"{100 * p:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}] ({k}/{len(episodes)})"
+
+
+def _label(row: tuple[str, str]) -> str:
+    return f"{row[0]} ({row[1]})"
+
+
+def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None) -> str:
+    """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
+    rate [95% clustered Wilson] (k/n) and each other measure's mean; then the paired tests of every planner
+    run in more than one run (each later run against the first) and of the document's ``pairs``, each over the
+    shared episodes and over one episode per cluster, Holm-adjusted together."""
+    from groundplan.evaluation.summary import holm, paired_test
+
+    names, binary = _measures(doc)
+    if measures is not None:
+        missing = [m for m in measures if m not in names]
+        if missing:
+            raise InvalidInputError(f"no measure {missing} in the outcomes (they hold {names})")
+        names = list(measures)
+    models = {r["name"]: r["model"] for r in doc["runs"]}
+    eps: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for e in doc["episodes"]:
+        eps[(e["planner"], e["run"])].append(e)
+    lines = ["| planner | run | model | episodes | clusters | errors | " + " | ".join(names) + " |",
+             "|---" * (6 + len(names)) + "|"]
+    for planner, run in _rows(doc):
+        group = eps[(planner, run)]
+        ok = [e for e in group if "error" not in e]
+        cells = [_rate(ok, m) if m in binary else (f"{sum(e[m] for e in ok) / len(ok):.2f}" if ok else "-")
+                 for m in names]
+        lines.append(f"| {planner} | {run} | `{models[run]}` | {len(group)} | {len({e['cluster'] for e in group})} | "
+                     f"{len(group) - len(ok)} | " + " | ".join(cells) + " |")
+    comparisons = []  # ((planner, run) of A, (planner, run) of B)
+    for planner in dict.fromkeys(p for p, _ in _rows(doc)):
+        runs = [r for p, r in _rows(doc) if p == planner]
+        comparisons += [((planner, runs[0]), (planner, other)) for other in runs[1:]]
+    comparisons += [(tuple(c["a"]), tuple(c["b"])) for c in doc.get("pairs", [])]
+    tests: list[dict[str, Any]] = []
+    for a, b in comparisons:
+        base = {(e["task_id"], e["seed"]): e for e in eps[a] if "error" not in e}
+        mine = {(e["task_id"], e["seed"]): e for e in eps[b] if "error" not in e}
+        keys = [k for k in base if k in mine]
+        firsts: dict[str, tuple[str, int]] = {}
+        for k in keys:
+            firsts.setdefault(base[k]["cluster"], k)
+        for m in (x for x in names if x in binary):
+            for unit, ks in (("episodes", keys), ("clusters (first episode each)", list(firsts.values()))):
+                rec = paired_test([(base[k][m] == 1.0, mine[k][m] == 1.0) for k in ks], proportion=True)
+                if rec is not None:
+                    tests.append({"a": _label(a), "b": _label(b), "measure": m, "unit": unit, **rec})
+    if tests:
+        holm(tests, "paired tests of this table")
+        lines += ["", "Paired (exact McNemar, B against A on the same episodes; Holm over the "
+                  f"{len(tests)} tests of this table):", ""]
+        lines += ["| A | B | measure | over | pairs | only A | only B | p | Holm p |", "|---" * 9 + "|"]
+        lines += [f"| {t['a']} | {t['b']} | {t['measure']} | {t['unit']} | {t['n_pairs']} | "
+                  f"{t['a_only']} | {t['b_only']} | {t['p_value']:.3g} | {t['p_holm']:.3g} |" for t in tests]
+    return "\n".join(lines) + "\n"
+
+
+def render_page(page: str | Path, write: bool = True) -> str:
+    """``page`` with every marked block re-rendered from the outcomes file it names (a path relative to the
+    page's folder); written back when ``write``. Returns the new text."""
+    page = Path(page)
+    text = page.read_text(encoding="utf-8")
+
+    def block(m: re.Match) -> str:
+        data = page.parent / m.group("path")
+        if not data.exists():
+            raise InvalidInputError(f"{page}: the outcomes file {m.group('path')} does not exist")
+        return m.group(1) + render_markdown(load_outcomes(data)) + m.group(4)
+
+    new = MARK.sub(block, text)
+    if write and new != text:
+        page.write_text(new, encoding="utf-8")
+    return new

@@ -1,0 +1,76 @@
+"""Results tables from committed episode outcomes: export from run folders, render with clustered intervals
+and Holm-adjusted paired tests, and every marked block of ``docs/results`` equal to its re-rendering."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from groundplan.core.errors import InvalidInputError
+from groundplan.core.stats import clustered_wilson, mcnemar_exact
+from groundplan.evaluation import outcomes
+from groundplan.rollout.traces import EpisodeTrace, write_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(folder: Path, name: str, model: str, wins: dict[str, bool]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"name": name, "env": {"name": "virtualhome", "options": {}},
+                                                    "llm": {"model": model}}))
+    traces = [EpisodeTrace(episode_id=f"{name}-{tid}", planner="Translated", env="virtualhome", task_id=tid,
+                           family="f", instruction=("Drink" if tid < "3" else "Work ") + "", seed=0, llm=model,
+                           config_hash="h", execution_success=won, metrics={"executability": float(won), "lcs": 0.5})
+              for tid, won in wins.items()]
+    traces.append(EpisodeTrace(episode_id=f"{name}-err", planner="Translated", env="virtualhome", task_id="9",
+                               family="f", instruction="Pet cat", seed=0, llm=model, error="RuntimeError: boom\nmore"))
+    write_traces(folder / "traces.jsonl", traces)
+    return folder
+
+
+def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
+    a = _run(tmp_path / "a", "frozen", "smollm2", {"1": False, "2": False, "3": True, "4": False})
+    b = _run(tmp_path / "b", "ft", "models:/say/1", {"1": True, "2": True, "3": True, "4": False})
+    doc = outcomes.export_outcomes([a, b])
+    path = outcomes.write_outcomes(tmp_path / "o.json", doc)
+    assert outcomes.load_outcomes(path) == json.loads(json.dumps(doc))
+    assert "prompt" not in path.read_text() and len(doc["episodes"]) == 10
+    table = outcomes.render_markdown(outcomes.load_outcomes(path))
+    rows = [line for line in table.splitlines() if line.startswith("| Translated |")]
+    _, lo, hi = clustered_wilson([(0, 2), (1, 2)])  # frozen: Drink 0/2, Work 1/2
+    assert f"| 25% [{100 * lo:.0f}, {100 * hi:.0f}] (1/4) |" in rows[0]
+    assert rows[0].split(" | ")[1:6] == ["frozen", "`smollm2`", "5", "3", "1"]  # episodes, clusters, errors
+    assert f"75% [{100 * clustered_wilson([(2, 2), (1, 2)])[1]:.0f}" in rows[1]
+    paired = [line for line in table.splitlines() if line.startswith("| Translated (frozen) | Translated (ft) |")]
+    by_episode = next(line for line in paired if "execution_success | episodes" in line)
+    assert by_episode.split(" | ")[4:7] == ["4", "0", "2"] and f"{mcnemar_exact(0, 2):.3g}" in by_episode
+    by_cluster = next(line for line in paired if "execution_success | clusters" in line)
+    assert by_cluster.split(" | ")[4:7] == ["2", "0", "1"]  # tasks 1 and 3 open their clusters
+    with pytest.raises(InvalidInputError, match="no episode"):
+        outcomes.export_outcomes([a, b], pairs=["frozen:Nope=ft:Translated"])
+    crossed = outcomes.render_markdown(outcomes.export_outcomes([a, b], pairs=["frozen:Translated=ft:Translated"]))
+    assert crossed.count("| Translated (frozen) | Translated (ft) | execution_success |") == 4
+    with pytest.raises(InvalidInputError, match="format"):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"format": 99}))
+        outcomes.load_outcomes(bad)
+
+
+def test_a_page_block_is_rendered_from_its_file(tmp_path):
+    a = _run(tmp_path / "a", "frozen", "m", {"1": True, "3": False})
+    outcomes.write_outcomes(tmp_path / "data" / "o.json", outcomes.export_outcomes([a]))
+    page = tmp_path / "page.md"
+    page.write_text("# t\n\n<!-- outcomes: data/o.json -->\nstale\n<!-- /outcomes -->\n\nafter\n")
+    text = outcomes.render_page(page)
+    assert "stale" not in text and "| Translated | frozen |" in text and text.endswith("<!-- /outcomes -->\n\nafter\n")
+    assert outcomes.render_page(page, write=False) == page.read_text()
+    page.write_text("<!-- outcomes: data/none.json -->\n<!-- /outcomes -->\n")
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        outcomes.render_page(page)
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda p: p.name)
+def test_every_outcomes_table_in_the_results_pages_is_what_its_data_renders(page):
+    text = page.read_text(encoding="utf-8")
+    assert outcomes.render_page(page, write=False) == text, f"re-render {page}: groundplan tables --render {page}"
