@@ -1,27 +1,32 @@
 """Say fine-tuning throughput: groundplan's training step against a plain transformers loop, same data, one run.
 
-Both sides train the same LoRA adapter (peft, r 16, every linear layer) on the same Say examples (the
+Both sides train the same LoRA adapter (peft, r 16, every linear layer) on the same Say decisions (the
 prompts a planner reads and the steps it chose, ``groundplan train``'s examples file) with AdamW and the
-loss on the completion tokens only:
+loss on the completion tokens only, each decision's completion once, read after its own prompt: the same
+objective.
 
-- ``plain``: what a transformers user writes first: batches of ``--batch`` examples padded to the longest,
-  an attention mask, float32;
-- ``groundplan``: what the Say trainer runs (TRL's SFT recipe inside Ray Train): the examples packed into
-  rows of ``--max-length`` tokens by TRL's best-fit packing, no padding (TRL's padding-free collator: one
-  flat row, position ids restarting per example, so no example attends to another), bf16 autocast where
-  the CPU has AVX512-BF16 or AMX (float32 elsewhere; ``--precision`` forces one).
+- ``plain``: what a transformers user writes first: one row per decision, batches of ``--batch`` rows
+  padded to the longest, an attention mask, float32;
+- ``groundplan``: what the Say trainer runs (TRL's SFT recipe inside Ray Train): a trajectory's decisions
+  whose prompts extend each other as one sequence (``decision_chains``: every completion in the loss, each
+  after exactly its prompt's text), packed into rows of ``--max-length`` tokens by TRL's best-fit packing,
+  no padding (TRL's padding-free collator: one flat row, position ids restarting per sequence, so none
+  attends to another), bf16 autocast where the CPU has AVX512-BF16 or AMX (float32 elsewhere;
+  ``--precision`` forces one).
 
-Each round trains one pass over the same ``--examples`` examples on each side, the sides alternating
-(the harness's rounds). Tokens/s counts real tokens (no padding). ``peak_fraction`` = 4 x parameters x
-tokens / time / the measured matmul peak at the side's precision (a LoRA step runs the frozen weights
-forward and backward to the activations, about 4 FLOPs per parameter per token; attention not counted).
-``packed_loss_gap``: the largest difference between an example's loss computed packed and alone, in
-float32 before training (checks the packing's masks: it must be ~1e-6).
+Each round trains one pass over the same ``--examples`` decisions on each side, the sides alternating
+(the harness's rounds). The speed-up is the time ratio for the same decisions; decisions/s is the unit
+both sides share, tokens/s counts each side's own real tokens (no padding), which the chains make fewer.
+``peak_fraction`` = 4 x parameters x the side's tokens / time / the measured matmul peak at its precision
+(a LoRA step runs the frozen weights forward and backward to the activations, about 4 FLOPs per parameter
+per token; attention not counted). ``packed_loss_gap``: the largest difference between a sequence's loss
+computed packed and alone, in float32 before training (checks the packing's masks: it must be ~1e-6).
 
-Last line: ``result: plain_tok_s=... groundplan_tok_s=... speedup=... speedup_lo=... speedup_hi=...
-plain_peak_fraction=... groundplan_peak_fraction=... precision=... packed_loss_gap=... examples=... rounds=...``
+Last line: ``result: plain_dec_s=... groundplan_dec_s=... speedup=... speedup_lo=... speedup_hi=...
+plain_tok_s=... groundplan_tok_s=... plain_peak_fraction=... groundplan_peak_fraction=... precision=...
+packed_loss_gap=... decisions=... rounds=...``
 
-    python benchmarks/bench_train_say.py [--examples-file outputs/train/say-babyai/examples-*.json] [--rounds 3]
+    python benchmarks/bench_train_say.py [--examples-file outputs/train/say-virtualhome/examples-*.json] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -43,14 +48,10 @@ from benchmarks.harness import alternating, log_interval, report, setup_logging 
 log = logging.getLogger("benchmarks.train_say")
 
 
-def tokenized(tokenizer, examples: list[dict], limit: int) -> list[dict]:
-    """input_ids, and labels with the completion's tokens and the prompt's masked (-100), EOS closing."""
-    out = []
-    for e in examples[:limit]:
-        p = tokenizer(e["prompt"], add_special_tokens=False).input_ids
-        c = tokenizer(e["completion"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        out.append({"input_ids": p + c, "labels": [-100] * len(p) + c})
-    return out
+def labelled(rows: list[dict]) -> list[dict]:
+    """The trainer's tokenised rows (``input_ids``, ``completion_mask``) with labels: the prompt's tokens -100."""
+    return [{"input_ids": r["input_ids"], "labels": [t if m else -100 for t, m in zip(r["input_ids"], r["completion_mask"])]}
+            for r in rows]
 
 
 def lora_model(path: str, seed: int):
@@ -137,10 +138,10 @@ def packed_loss_gap(model, rows: list[dict], max_length: int, pad_id: int) -> fl
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--examples-file", default="outputs/train/say-babyai/examples-*.json",
+    ap.add_argument("--examples-file", default="outputs/train/say-*/examples-*.json",
                     help="a Say examples file written by groundplan train (a glob: the newest match)")
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--examples", type=int, default=64, help="examples per side per round")
+    ap.add_argument("--examples", type=int, default=64, help="decisions per side per round (the file's first)")
     ap.add_argument("--batch", type=int, default=4, help="plain side: examples per step")
     ap.add_argument("--max-length", type=int, default=512, help="groundplan side: tokens per packed row")
     ap.add_argument("--rows", type=int, default=4, help="groundplan side: packed rows per step")
@@ -162,19 +163,25 @@ def main(argv: list[str] | None = None) -> None:
     path = resolve_model_path(args.model)
     tok = AutoTokenizer.from_pretrained(path)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    rows = tokenized(tok, examples, args.examples)
+    from groundplan.pipelines.train.say import sft_rows
+
+    decisions = examples[: args.examples]
+    rows = labelled(sft_rows(decisions, tok, args.max_length, None, 0, merge=False)[0])
+    chains = labelled(sft_rows(decisions, tok, args.max_length, None, 0, merge=True)[0])
     bf16 = cpu_has_bf16() if args.precision == "auto" else args.precision == "bfloat16"
     precision = "bfloat16" if bf16 else "float32"
     plain_batches = padded_batches(rows, args.batch, pad)
-    packed = packed_batches(rows, args.max_length, args.rows, pad)
+    packed = packed_batches(chains, args.max_length, args.rows, pad)
     tokens = sum(len(r["input_ids"]) for r in rows)
+    gp_tokens = sum(len(r["input_ids"]) for r in chains)
     padded = sum(int(b["input_ids"].numel()) for b in plain_batches)
-    log.info("%d examples, %d tokens (plain: %d steps padded to %d tokens, %.0f%% padding; groundplan: %d steps of "
-             "packed rows of at most %d tokens), precision %s, torch threads %d", len(rows), tokens, len(plain_batches),
-             padded, 100 * (1 - tokens / padded), len(packed), args.max_length, precision, torch.get_num_threads())
+    log.info("%d decisions: plain %d tokens in %d steps padded to %d tokens (%.0f%% padding); groundplan %d chains, "
+             "%d tokens, %d steps of packed rows of at most %d tokens; precision %s, torch threads %d", len(rows),
+             tokens, len(plain_batches), padded, 100 * (1 - tokens / padded), len(chains), gp_tokens, len(packed),
+             args.max_length, precision, torch.get_num_threads())
     plain_model, plain_opt = lora_model(path, 0)
     gp_model, gp_opt = lora_model(path, 0)
-    gap = packed_loss_gap(gp_model, rows, args.max_length, pad)
+    gap = packed_loss_gap(gp_model, chains, args.max_length, pad)
     log.info("packed vs alone loss, float32: max gap %.2e", gap)
     params = sum(p.numel() for p in plain_model.parameters())
     peaks = {"float32": matmul_flops(torch.float32, "cpu")}
@@ -192,11 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     ratios = [p / g for p, g in zip(times["plain"], times["groundplan"])]
     mid, lo, hi = log_interval(ratios)
     plain_s, gp_s = statistics.median(times["plain"]), statistics.median(times["groundplan"])
-    report({"plain_tok_s": round(tokens / plain_s, 1), "groundplan_tok_s": round(tokens / gp_s, 1),
+    report({"plain_dec_s": round(len(rows) / plain_s, 2), "groundplan_dec_s": round(len(rows) / gp_s, 2),
             "speedup": round(mid, 3), "speedup_lo": round(lo, 3), "speedup_hi": round(hi, 3),
+            "plain_tok_s": round(tokens / plain_s, 1), "groundplan_tok_s": round(gp_tokens / gp_s, 1),
             "plain_peak_fraction": round(4 * params * tokens / plain_s / peaks["float32"], 3),
-            "groundplan_peak_fraction": round(4 * params * tokens / gp_s / peaks[precision], 3),
-            "precision": precision, "packed_loss_gap": f"{gap:.1e}", "examples": len(rows), "rounds": args.rounds})
+            "groundplan_peak_fraction": round(4 * params * gp_tokens / gp_s / peaks[precision], 3),
+            "precision": precision, "packed_loss_gap": f"{gap:.1e}", "decisions": len(rows), "rounds": args.rounds})
 
 
 if __name__ == "__main__":
