@@ -57,6 +57,20 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
         outcomes.load_outcomes(bad)
 
 
+def test_a_cluster_is_what_the_planner_read_before_it_acted():
+    from groundplan.rollout.traces import StepTrace
+
+    def trace(prompt, deltas, instruction="Drink"):
+        return EpisodeTrace(episode_id="e", planner="p", env="virtualhome", task_id="1", family="f",
+                            instruction=instruction, seed=0, llm="m", prompt=prompt,
+                            steps=[StepTrace(index=i, chosen="x", done=False, prompt_delta=d) for i, d in enumerate(deltas)])
+
+    opening = outcomes.cluster_key(trace("Task: Drink\nStep 1:", []))
+    assert outcomes.cluster_key(trace("Task: Drink\nStep 1: Walk\nStep 2:", [" Walk\nStep 2:"])) == opening
+    assert outcomes.cluster_key(trace("Task: Work\nStep 1:", [])) != opening
+    assert outcomes.cluster_key(trace("", [], "Drink")) == outcomes.cluster_key(trace("", [], " drink "))
+
+
 def test_a_page_block_is_rendered_from_its_file(tmp_path):
     a = _run(tmp_path / "a", "frozen", "m", {"1": True, "3": False})
     outcomes.write_outcomes(tmp_path / "data" / "o.json", outcomes.export_outcomes([a]))

@@ -44,11 +44,15 @@ def _config_hash(config: dict[str, Any]) -> str:
 
 def cluster_key(trace: Any) -> str:
     """What the planner read before it acted, as a short hash: the episode's opening prompt (the instruction,
-    and the first observation where the planner reads it), or the instruction when the trace has no prompt.
+    and the first observation where the planner reads it; the trace's prompt less the steps the planner
+    appended to it), or the instruction when the trace has no prompt.
     Episodes alike in it are one question to the planner whatever their hidden state, so they are one
     cluster: the programs of one VirtualHome task name to Zero-Shot (its prompt is the name), the seeds of a
     task to a planner that reads the same first observation."""
-    text = normalise_text(trace.prompt) if trace.prompt else "instruction:" + normalise_text(trace.instruction)
+    prompt, grown = trace.prompt, "".join(s.prompt_delta for s in trace.steps)
+    if grown and prompt.endswith(grown):  # the prompt at the end holds the steps the planner appended
+        prompt = prompt[: len(prompt) - len(grown)]
+    text = normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
