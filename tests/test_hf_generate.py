@@ -10,7 +10,7 @@ import torch
 
 from groundplan.llm.base import GenerationParams
 from groundplan.llm.beam_search import BeamSearchParams, reference_beam_search
-from groundplan.llm.hf_generate import BeamMemo, Sampler
+from groundplan.llm.hf_generate import DecodeMemo, Sampler
 from groundplan.llm.sampling import find_stop as _find_stop
 from groundplan.llm.sampling import finish as _finish
 from groundplan.llm.sampling import repetition_penalty as _repetition_penalty
@@ -112,7 +112,7 @@ def test_one_beam_is_greedy_and_a_diverse_search_matches_the_uncached_one(tiny):
 
 
 def test_beam_memo_answers_a_repeat_and_stays_bounded(tiny):
-    memo = BeamMemo(2, EngineStats(), threading.RLock())
+    memo = DecodeMemo(2, EngineStats(), threading.RLock(), "beam_memo_hits")
     p = [BeamSearchParams(num_beams=2, num_groups=1, max_new_tokens=3, stop=(), diversity_penalty=0.0),
          BeamSearchParams(num_beams=2, num_groups=2, max_new_tokens=3, stop=(), diversity_penalty=1.0)]
     first = memo.candidates(tiny, PROMPT, p[0])

@@ -220,7 +220,12 @@ def test_packed_samples_do_not_see_each_other(lm):
 def test_generation_samples_stop_and_are_seeded(lm):
     prompt = "Human: How would you bring me an orange?\nRobot: 1."
     a = lm.generate(prompt, GenerationParams(n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=(",", "\n"), seed=3))
-    b = lm.generate(prompt, GenerationParams(n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=(",", "\n"), seed=3))
+    size, lm.sample_memo_size = lm.sample_memo_size, 0  # the seed, not the memo, makes the repeat equal
+    try:
+        b = lm.generate(prompt, GenerationParams(n=4, temperature=0.8, top_p=0.9, max_new_tokens=16, stop=(",", "\n"),
+                                                 seed=3))
+    finally:
+        lm.sample_memo_size = size
     assert [g.text for g in a] == [g.text for g in b]
     assert len(a) == 4
     for g in a:

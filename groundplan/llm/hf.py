@@ -171,7 +171,7 @@ class HFLanguageModel:
 
     def beam_candidates(self, prompt: str, params: Any) -> list:
         """Token-level diverse beam search over this engine's cache (:mod:`groundplan.llm.beam_search`),
-        remembered by (prompt, parameters) (:class:`groundplan.llm.hf_generate.BeamMemo`)."""
+        remembered by (prompt, parameters) (:class:`groundplan.llm.hf_generate.DecodeMemo`)."""
         return self._beams.candidates(self, prompt, params)
 
     # ------------------------------------------------------------------ settings, read where they are used
