@@ -8,9 +8,10 @@ LoRA adapter (or full fine-tuning): loss on the completion tokens only. The deci
 whose prompts extend each other are one sequence with every decision's completion in the loss
 (:func:`decision_chains`: the same tokens in the same causal context as each decision alone, a fraction of
 the tokens to run), packed into rows without padding (position ids restart per sequence, so attention
-stays inside each); bf16 autocast where the CPU has the instructions. Every epoch it evaluates the validation loss and reports a checkpoint (adapter,
-optimiser, scheduler, trainer state) to Ray Train; a run that is killed resumes from its last checkpoint
-when started again with the same config (same Ray Train run name and storage, same MLflow run).
+stays inside each); bf16 autocast where the CPU has the instructions. Every epoch it evaluates the
+validation loss and reports a checkpoint (adapter, optimiser, scheduler, trainer state) to Ray Train; a run
+that is killed resumes from its last checkpoint when started again with the same config (same Ray Train run
+name and storage, same MLflow run).
 
 The best checkpoint by validation loss is merged into the base weights and saved as a plain Hugging Face
 folder, with ``say.json`` (base model, planner, prompt format and its fingerprint, precision, metrics) and
