@@ -191,6 +191,8 @@ def test_twins_of_different_task_ids_are_one_task():
     c = traj("c", "t3", "pick up the ball", "room 2", ("pick up ball", "done"))  # another start
     d = traj("d", "t3", "pick up the ball", "room 3", ("pick up ball", "done"))  # another seed of t3
     assert sorted(sorted(t.traj_id for t in g) for g in task_groups([a, b, c, d])) == [["a", "b"], ["c", "d"]]
+    # an env split by task name (VirtualHome, EAI): every program of one instruction is one task
+    assert [sorted(t.traj_id for t in g) for g in task_groups([a, b, c, d], by="instruction")] == [["a", "b", "c", "d"]]
 
 
 def test_every_env_refuses_an_unknown_split_by_one_check() -> None:

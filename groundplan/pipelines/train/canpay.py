@@ -82,7 +82,10 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
     if len(trajs) < 2:
         raise InvalidInputError(f"{len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data}; "
                                 "training needs at least 2")
-    train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed)
+    from groundplan.envs import ENVS
+
+    by = ENVS.get(cfg.env).capabilities.disjoint_by  # an env split by task name: its programs of a name are one task
+    train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed, by=by)
     if not val_t:
         raise InvalidInputError(f"the {len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data} "
                                 "are all of one task; a validation split by task needs at least 2")
@@ -95,7 +98,7 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
     if not train or not val:
         raise InvalidInputError(f"no {cfg.model.kind} examples could be built from {len(trajs)} trajectories")
     counts = {"trajectories": len(trajs), "train_trajectories": len(train_t), "val_trajectories": len(val_t),
-              "train_tasks": len(task_groups(train_t)), "val_tasks": len(task_groups(val_t)),
+              "train_tasks": len(task_groups(train_t, by)), "val_tasks": len(task_groups(val_t, by)),
               "train_examples": len(train), "val_examples": len(val)}
     return train, val, counts, trajectories_lineage(cfg.name, {"train": train_t, "validation": val_t},
                                                     cfg.model.goal_view)
