@@ -225,7 +225,7 @@ def trained(babyai_data, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("say")
     tiny_llama_lm(work / "tiny", seed=3)
-    cfg = say_config(babyai_data, work, base_model=str(work / "tiny"), epochs=3, batch_size=2, max_length=256,
+    cfg = say_config(babyai_data, work, base_model=str(work / "tiny"), epochs=4, batch_size=2, max_length=256,
                      lr=1e-3)
     path = work / "train_say.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
@@ -235,7 +235,10 @@ def trained(babyai_data, tmp_path_factory):
                             stderr=subprocess.PIPE)
     storage = work / "say-test" / "ray"
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None and not list(storage.glob("*/checkpoint_*")):
+    # Ray Train writes its checkpoint manager's snapshot once a checkpoint is registered: a kill before that
+    # can leave a checkpoint folder it would not resume from
+    while time.monotonic() < deadline and proc.poll() is None and not list(
+            storage.glob("*/checkpoint_manager_snapshot.json")):
         time.sleep(0.2)
     assert proc.poll() is None, f"training ended before it could be killed: {proc.stderr.read().decode()[-2000:]}"
     os.killpg(proc.pid, signal.SIGKILL)
