@@ -39,9 +39,9 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
     table = outcomes.render_markdown(outcomes.load_outcomes(path))
     rows = [line for line in table.splitlines() if line.startswith("| Translated |")]
     _, lo, hi = clustered_wilson([(0, 2), (1, 2)])  # frozen: Drink 0/2, Work 1/2
-    assert f"| 25% [{100 * lo:.0f}, {100 * hi:.0f}] (1/4) |" in rows[0]
+    assert f"| 25% [{100 * lo:.0f}–{100 * hi:.0f}] (1/4) |" in rows[0]
     assert rows[0].split(" | ")[1:6] == ["frozen", "`smollm2`", "5", "3", "1"]  # episodes, clusters, errors
-    assert f"75% [{100 * clustered_wilson([(2, 2), (1, 2)])[1]:.0f}" in rows[1]
+    assert f"75% [{100 * clustered_wilson([(2, 2), (1, 2)])[1]:.0f}–" in rows[1]
     paired = [line for line in table.splitlines() if line.startswith("| Translated (frozen) | Translated (ft) |")]
     by_episode = next(line for line in paired if "execution_success | episodes" in line)
     assert by_episode.split(" | ")[4:7] == ["4", "0", "2"] and f"{mcnemar_exact(0, 2):.3g}" in by_episode

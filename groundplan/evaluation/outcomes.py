@@ -6,7 +6,7 @@ identity: run, planner label, model, config hash, task, seed, the cluster it bel
 the env's measures), small enough to commit, with no prompt or trace in it. The tables are rendered from
 that file (:func:`render_markdown`) into the page between markers::
 
-    <!-- outcomes: data/say/zeroshot_virtualhome_ft.json -->
+    <!-- outcomes: data/say/zeroshot_virtualhome.json -->
     ...the table...
     <!-- /outcomes -->
 
@@ -29,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from groundplan.config import stable_hash
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import clustered_wilson
 from groundplan.envs.splits import normalise_text
@@ -36,10 +37,6 @@ from groundplan.envs.splits import normalise_text
 #: the file format's version (a reader refuses another)
 FORMAT = 1
 MARK = re.compile(r"(<!-- outcomes: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /outcomes -->)", re.S)
-
-
-def _config_hash(config: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def cluster_key(trace: Any) -> str:
@@ -71,7 +68,7 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
     runs, episodes = [], []
     for i, (folder, config) in enumerate(zip(folders, configs)):
         name = names[i] if names is not None else config.get("name", folder.name)
-        runs.append({"name": name, "config_hash": _config_hash(config), "env": config["env"]["name"],
+        runs.append({"name": name, "config_hash": stable_hash(config, 12), "env": config["env"]["name"],
                      "env_options": config["env"].get("options", {}), "model": config.get("llm", {}).get("model")})
         for t in run_traces([folder]):
             if t.error:
@@ -139,16 +136,18 @@ def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
         c = by_cluster[e["cluster"]]
         c[0] += int(e[measure] == 1.0)
         c[1] += 1
+    from groundplan.evaluation.summary import format_rate
+
     k = sum(y for y, _ in by_cluster.values())
-    p, lo, hi = clustered_wilson([tuple(v) for v in by_cluster.values()])
-    return f"{100 * p:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}] ({k}/{len(episodes)})"
+    _, lo, hi = clustered_wilson([tuple(v) for v in by_cluster.values()])
+    return f"{format_rate(k, len(episodes), lo, hi)} ({k}/{len(episodes)})"
 
 
 def _label(row: tuple[str, str]) -> str:
     return f"{row[0]} ({row[1]})"
 
 
-def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None) -> str:
+def render_markdown(doc: dict[str, Any]) -> str:
     """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
     rate [95% clustered Wilson] (k/n) and each other measure's mean; then the paired tests of every planner
     run in more than one run (each later run against the first) and of the document's ``pairs``, each over the
@@ -156,18 +155,14 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None) 
     from groundplan.evaluation.summary import holm, paired_test
 
     names, binary = _measures(doc)
-    if measures is not None:
-        missing = [m for m in measures if m not in names]
-        if missing:
-            raise InvalidInputError(f"no measure {missing} in the outcomes (they hold {names})")
-        names = list(measures)
+    rows = _rows(doc)
     models = {r["name"]: r["model"] for r in doc["runs"]}
     eps: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for e in doc["episodes"]:
         eps[(e["planner"], e["run"])].append(e)
     lines = ["| planner | run | model | episodes | clusters | errors | " + " | ".join(names) + " |",
              "|---" * (6 + len(names)) + "|"]
-    for planner, run in _rows(doc):
+    for planner, run in rows:
         group = eps[(planner, run)]
         ok = [e for e in group if "error" not in e]
         cells = [_rate(ok, m) if m in binary else (f"{sum(e[m] for e in ok) / len(ok):.2f}" if ok else "-")
@@ -175,8 +170,8 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None) 
         lines.append(f"| {planner} | {run} | `{models[run]}` | {len(group)} | {len({e['cluster'] for e in group})} | "
                      f"{len(group) - len(ok)} | " + " | ".join(cells) + " |")
     comparisons = []  # ((planner, run) of A, (planner, run) of B)
-    for planner in dict.fromkeys(p for p, _ in _rows(doc)):
-        runs = [r for p, r in _rows(doc) if p == planner]
+    for planner in dict.fromkeys(p for p, _ in rows):
+        runs = [r for p, r in rows if p == planner]
         comparisons += [((planner, runs[0]), (planner, other)) for other in runs[1:]]
     comparisons += [(tuple(c["a"]), tuple(c["b"])) for c in doc.get("pairs", [])]
     tests: list[dict[str, Any]] = []

@@ -22,7 +22,6 @@ overlaps the lineage.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -277,8 +276,9 @@ def _inputs_state(cfg: SayTrainConfig, paths: list[str] | None) -> list[tuple[st
 
 def examples_key(cfg: SayTrainConfig, paths: list[str] | None = None) -> str:
     """A hash of what decides the examples: the env, planner, sources (and their files' state) and split."""
-    doc = {"config": cfg.model_dump(include=EXAMPLE_FIELDS), "files": _inputs_state(cfg, paths)}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    from groundplan.config import stable_hash
+
+    return stable_hash({"config": cfg.model_dump(include=EXAMPLE_FIELDS), "files": _inputs_state(cfg, paths)}, 12)
 
 
 def config_key(cfg: SayTrainConfig, examples: str) -> str:
@@ -287,7 +287,9 @@ def config_key(cfg: SayTrainConfig, examples: str) -> str:
     doc = cfg.model_dump(exclude={"num_workers", "use_gpu", "cpus_per_worker", "tracking_uri", "experiment",
                                   *EXAMPLE_FIELDS})
     doc["examples"] = examples
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    from groundplan.config import stable_hash
+
+    return stable_hash(doc, 12)
 
 
 def _examples_file(run_root: Path, key: str) -> Path:
