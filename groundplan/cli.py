@@ -237,8 +237,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
         return 0
     if args.markdown:
         for path in args.runs:
-            console.print(outcomes.render_markdown(outcomes.load_outcomes(path)), markup=False, highlight=False,
-                          soft_wrap=True)
+            measures = [m.strip() for m in args.measures.split(",")] if args.measures else None
+            console.print(outcomes.render_markdown(outcomes.load_outcomes(path), measures, args.by), markup=False,
+                          highlight=False, soft_wrap=True)
         return 0
     if args.render:
         for page in args.runs:
@@ -591,6 +592,10 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--pair", action="append", default=None, metavar="RUN:LABEL=RUN:LABEL", help="--export: also "
                     "test these two rows against each other (e.g. a fine-tuned row and a frozen row of another "
                     "prompt); repeatable")
+    tb.add_argument("--measures", default=None, metavar="NAME,NAME", help="--markdown: the measures shown, in order "
+                    "(a page's marker says measures=NAME,NAME)")
+    tb.add_argument("--by", default=None, choices=["family"], help="--markdown: a table per task family first (a "
+                    "page's marker says by=family)")
     tb.set_defaults(func=cmd_tables)
 
     cp = sub.add_parser("compare", help="compare two runs on the episodes they share: per planner, success with "

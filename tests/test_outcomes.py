@@ -10,7 +10,8 @@ import pytest
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import clustered_wilson, mcnemar_exact
 from groundplan.evaluation import outcomes
-from groundplan.rollout.traces import EpisodeTrace, write_traces
+from groundplan.core.truth import OracleDeclaration, Truth
+from groundplan.rollout.traces import EpisodeTrace, read_traces, write_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,31 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
         outcomes.load_outcomes(bad)
 
 
+def test_a_marker_chooses_measures_and_a_family_breakdown_and_marks_rows_that_read_truth(tmp_path):
+    a = _run(tmp_path / "a", "kitchen", "smollm2", {"1": False, "2": True, "3": True, "4": False})
+    traces = [t for t in read_traces(a / "traces.jsonl")]
+    for t in traces:
+        t.family, t.plan_success = ("nouns" if t.task_id < "3" else "verbs"), t.task_id == "2"
+        t.oracles = [OracleDeclaration(name="value_functions", wording="stand-in value functions",
+                                       reads=frozenset({Truth.STATE}), stands_in=True).to_dict()]
+    (a / "traces.jsonl").unlink()
+    write_traces(a / "traces.jsonl", traces)
+    outcomes.write_outcomes(tmp_path / "data" / "o.json", outcomes.export_outcomes([a]))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- outcomes: data/o.json by=family measures=plan_success,execution_success -->\n<!-- /outcomes -->\n")
+    text = outcomes.render_page(page)
+    assert "| family | episodes | Translated ‡ (kitchen) |" in text
+    assert "| nouns | 2 | 50% / 50% |" in text and "| verbs | 3 | 0% / 50% |" in text  # task 9 errs, in verbs
+    assert "| planner | run | model | episodes | clusters | errors | plan_success | execution_success |" in text
+    assert "| Translated ‡ | kitchen |" in text and "stand-in value functions" in text
+    page.write_text("<!-- outcomes: data/o.json measures=nope -->\n<!-- /outcomes -->\n")
+    with pytest.raises(InvalidInputError, match="no measure nope"):
+        outcomes.render_page(page)
+    page.write_text("<!-- outcomes: data/o.json colour=red -->\n<!-- /outcomes -->\n")
+    with pytest.raises(InvalidInputError, match="unknown outcomes option colour"):
+        outcomes.render_page(page)
+
+
 def test_a_cluster_is_what_the_planner_read_before_it_acted():
     from groundplan.rollout.traces import StepTrace
 
@@ -84,7 +110,8 @@ def test_a_page_block_is_rendered_from_its_file(tmp_path):
         outcomes.render_page(page)
 
 
-@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs" / "results").glob("*.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_outcomes_table_in_the_results_pages_is_what_its_data_renders(page):
     text = page.read_text(encoding="utf-8")
     assert outcomes.render_page(page, write=False) == text, f"re-render {page}: groundplan tables --render {page}"

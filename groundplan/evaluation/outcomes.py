@@ -10,6 +10,9 @@ that file (:func:`render_markdown`) into the page between markers::
     ...the table...
     <!-- /outcomes -->
 
+A marker may name options after the file: ``measures=plan_success,execution_success`` (the measures shown,
+in that order) and ``by=family`` (a table of the measures per task family first, a column per row).
+
 ``groundplan tables --export FILE RUN...`` writes the file; ``groundplan tables --markdown FILE`` prints the
 table; ``groundplan tables --render PAGE`` rewrites every marked block of a page, and a test re-renders each
 page and fails on any difference.
@@ -36,7 +39,10 @@ from groundplan.envs.splits import normalise_text
 
 #: the file format's version (a reader refuses another)
 FORMAT = 1
-MARK = re.compile(r"(<!-- outcomes: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /outcomes -->)", re.S)
+MARK = re.compile(r"(?P<open><!-- outcomes: (?P<path>\S+)(?P<opts>(?: [a-z_]+=\S+)*) -->\n)(?P<body>.*?)"
+                  r"(?P<close><!-- /outcomes -->)", re.S)
+#: the options a marker may give (:func:`render_markdown`'s keywords)
+OPTIONS = ("measures", "by")
 
 
 def cluster_key(trace: Any) -> str:
@@ -65,19 +71,27 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
     configs = run_configs(folders)
     if names is not None and len(names) != len(folders):
         raise InvalidInputError(f"{len(names)} names for {len(folders)} runs")
-    runs, episodes = [], []
+    from groundplan.evaluation.marks import trace_marks, with_config_declarations
+
+    runs, episodes, footnotes = [], [], {}
     for i, (folder, config) in enumerate(zip(folders, configs)):
         name = names[i] if names is not None else config.get("name", folder.name)
         runs.append({"name": name, "config_hash": stable_hash(config, 12), "env": config["env"]["name"],
                      "env_options": config["env"].get("options", {}), "model": config.get("llm", {}).get("model")})
-        for t in run_traces([folder]):
+        traces = with_config_declarations(run_traces([folder]), [config])
+        marks = trace_marks(traces)
+        for t in traces:
             if t.error:
                 measures: dict[str, Any] = {"error": t.error.splitlines()[0][:200]}
             else:
                 measures = {"execution_success": float(bool(t.execution_success)),
+                            **({} if t.plan_success is None else {"plan_success": float(bool(t.plan_success))}),
                             **{k: float(v) for k, v in sorted(t.metrics.items()) if isinstance(v, (int, float))}}
-            episodes.append({"run": name, "planner": t.planner, "config_hash": t.config_hash, "task_id": t.task_id,
-                             "seed": t.seed, "cluster": cluster_key(t), **measures})
+            episodes.append({"run": name, "planner": t.planner, "config_hash": t.config_hash,
+                             "task_id": t.task_id, "family": t.family, "seed": t.seed, "cluster": cluster_key(t),
+                             **measures})
+            if (note := marks.footnote(t.planner)) is not None:  # what the row read of the simulator's truth
+                footnotes[t.planner] = {"mark": marks.mark(t.planner), "note": note}
     extra = []
     for item in pairs:
         sides = [side.partition(":") for side in item.split("=")]
@@ -87,7 +101,8 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
             if not any(e["run"] == r and e["planner"] == p for e in episodes):
                 raise InvalidInputError(f"no episode of planner {p!r} in run {r!r} (pair {item!r})")
         extra.append({"a": [sides[0][2], sides[0][0]], "b": [sides[1][2], sides[1][0]]})
-    return {"format": FORMAT, "runs": runs, "pairs": extra, "episodes": episodes}
+    doc = {"format": FORMAT, "runs": runs, "pairs": extra, "episodes": episodes}
+    return {**doc, "footnotes": footnotes} if footnotes else doc
 
 
 def write_outcomes(path: str | Path, doc: dict[str, Any]) -> Path:
@@ -122,7 +137,7 @@ def _rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
 def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str]]:
     """The measures every episode without an error has, in order (execution success first), and which are 0/1."""
     kept = [e for e in doc["episodes"] if "error" not in e]
-    skip = {"run", "planner", "config_hash", "task_id", "seed", "cluster"}
+    skip = {"run", "planner", "config_hash", "task_id", "family", "seed", "cluster"}
     names = [k for k in kept[0] if k not in skip] if kept else []
     names = [k for k in names if all(k in e for e in kept)]
     names.sort(key=lambda k: (k != "execution_success", k))
@@ -143,32 +158,64 @@ def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
     return f"{format_rate(k, len(episodes), lo, hi)} ({k}/{len(episodes)})"
 
 
-def _label(row: tuple[str, str]) -> str:
-    return f"{row[0]} ({row[1]})"
+def _label(row: tuple[str, str], doc: dict[str, Any] | None = None) -> str:
+    return f"{_marked(row[0], doc)} ({row[1]})" if doc is not None else f"{row[0]} ({row[1]})"
 
 
-def render_markdown(doc: dict[str, Any]) -> str:
+def _marked(planner: str, doc: dict[str, Any]) -> str:
+    """The planner's label with the mark of what it read of the simulator's truth (:mod:`..marks`)."""
+    mark = doc.get("footnotes", {}).get(planner, {}).get("mark")
+    return f"{planner} {mark}" if mark else planner
+
+
+def _by_family(doc: dict[str, Any], rows: list[tuple[str, str]], names: list[str],
+               eps: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
+    """A table of the 0/1 measures per task family (families in first-seen order), a column per row, each
+    cell the measures' rates joined by " / " (a family's few episodes decide nothing alone: no interval)."""
+    families = list(dict.fromkeys(e.get("family", "") for e in doc["episodes"]))
+    lines = ["| family | episodes | " + " | ".join(_label(r, doc) for r in rows) + " |",
+             "|---" * (2 + len(rows)) + "|"]
+    for fam in families:
+        cells, n = [], 0
+        for row in rows:
+            ok = [e for e in eps[row] if e.get("family", "") == fam and "error" not in e]
+            n = max(n, len([e for e in eps[row] if e.get("family", "") == fam]))
+            cells.append(" / ".join(f"{100 * sum(e[m] for e in ok) / len(ok):.0f}%" if ok else "-" for m in names))
+        lines.append(f"| {fam} | {n} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, by: str | None = None) -> str:
     """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
     rate [95% clustered Wilson] (k/n) and each other measure's mean; then the paired tests of every planner
     run in more than one run (each later run against the first) and of the document's ``pairs``, each over the
-    shared episodes and over one episode per cluster, Holm-adjusted together."""
+    shared episodes and over one episode per cluster, Holm-adjusted together; then the footnotes of the rows
+    that read simulator truth. ``measures``: the measures shown, in order (default: every measure all
+    episodes have). ``by="family"``: a table per task family first."""
     from groundplan.evaluation.summary import holm, paired_test
 
     names, binary = _measures(doc)
+    if measures is not None:
+        if unknown := [m for m in measures if m not in names]:
+            raise InvalidInputError(f"no measure {', '.join(unknown)} in every episode (these are: {', '.join(names)})")
+        names = list(measures)
+    if by not in (None, "family"):
+        raise InvalidInputError(f"by={by!r}: the tables break down by 'family' only")
     rows = _rows(doc)
     models = {r["name"]: r["model"] for r in doc["runs"]}
     eps: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for e in doc["episodes"]:
         eps[(e["planner"], e["run"])].append(e)
-    lines = ["| planner | run | model | episodes | clusters | errors | " + " | ".join(names) + " |",
-             "|---" * (6 + len(names)) + "|"]
+    lines = _by_family(doc, rows, [m for m in names if m in binary], eps) if by else []
+    lines += ["| planner | run | model | episodes | clusters | errors | " + " | ".join(names) + " |",
+              "|---" * (6 + len(names)) + "|"]
     for planner, run in rows:
         group = eps[(planner, run)]
         ok = [e for e in group if "error" not in e]
         cells = [_rate(ok, m) if m in binary else (f"{sum(e[m] for e in ok) / len(ok):.2f}" if ok else "-")
                  for m in names]
-        lines.append(f"| {planner} | {run} | `{models[run]}` | {len(group)} | {len({e['cluster'] for e in group})} | "
-                     f"{len(group) - len(ok)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_marked(planner, doc)} | {run} | `{models[run]}` | {len(group)} | "
+                     f"{len({e['cluster'] for e in group})} | {len(group) - len(ok)} | " + " | ".join(cells) + " |")
     comparisons = []  # ((planner, run) of A, (planner, run) of B)
     for planner in dict.fromkeys(p for p, _ in rows):
         runs = [r for p, r in rows if p == planner]
@@ -186,7 +233,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
             for unit, ks in (("episodes", keys), ("clusters (first episode each)", list(firsts.values()))):
                 rec = paired_test([(base[k][m] == 1.0, mine[k][m] == 1.0) for k in ks], proportion=True)
                 if rec is not None:
-                    tests.append({"a": _label(a), "b": _label(b), "measure": m, "unit": unit, **rec})
+                    tests.append({"a": _label(a, doc), "b": _label(b, doc), "measure": m, "unit": unit, **rec})
     if tests:
         holm(tests, "paired tests of this table")
         lines += ["", "Paired (exact McNemar, B against A on the same episodes; Holm over the "
@@ -194,6 +241,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
         lines += ["| A | B | measure | over | pairs | only A | only B | p | Holm p |", "|---" * 9 + "|"]
         lines += [f"| {t['a']} | {t['b']} | {t['measure']} | {t['unit']} | {t['n_pairs']} | "
                   f"{t['a_only']} | {t['b_only']} | {t['p_value']:.3g} | {t['p_holm']:.3g} |" for t in tests]
+    if notes := [n["note"] for n in doc.get("footnotes", {}).values()]:
+        from groundplan.evaluation.marks import LEGEND
+
+        lines += ["", *(f"{line}  " for line in [LEGEND, *notes[:-1]]), notes[-1]]
     return "\n".join(lines) + "\n"
 
 
@@ -207,7 +258,11 @@ def render_page(page: str | Path, write: bool = True) -> str:
         data = page.parent / m.group("path")
         if not data.exists():
             raise InvalidInputError(f"{page}: the outcomes file {m.group('path')} does not exist")
-        return m.group(1) + render_markdown(load_outcomes(data)) + m.group(4)
+        opts = dict(o.split("=", 1) for o in m.group("opts").split())
+        if unknown := sorted(set(opts) - set(OPTIONS)):
+            raise InvalidInputError(f"{page}: unknown outcomes option {', '.join(unknown)} (these are: {', '.join(OPTIONS)})")
+        measures = opts["measures"].split(",") if "measures" in opts else None
+        return m.group("open") + render_markdown(load_outcomes(data), measures, opts.get("by")) + m.group("close")
 
     new = MARK.sub(block, text)
     if write and new != text:
