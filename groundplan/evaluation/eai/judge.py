@@ -125,8 +125,9 @@ class EAIJudge:
             v.error_type, v.parse_error = "parsing", parsed.error
             return v
         vocab = _vocabulary(semantics)
+        name_to_id = semantics.name_to_id(task)
         for action, args in parsed.steps:
-            if action.upper() not in vocab or not all(_known(a, task.name_to_id) for a in args):
+            if action.upper() not in vocab or not all(_known(a, name_to_id) for a in args):
                 v.error_type = "hallucination"
                 v.error_message = f"{action} {list(args)}"
                 return v
@@ -139,7 +140,7 @@ class EAIJudge:
                 v.error_type, v.failing_step = "parameter", i
                 v.error_message = f"{action} takes {vocab[action.upper()]} objects, got {args}"
                 return v
-            ids = "".join(f" <{a}> ({task.name_to_id[a]})" for a in args)
+            ids = "".join(f" <{a}> ({name_to_id[a]})" for a in args)
             lines.append(f"[{action}]{ids}")
         v.script = lines
         if lines == list(task.gold_script):
@@ -196,8 +197,8 @@ class EAIJudge:
             v.error_type = EXECUTOR_ERRORS.get(code, "unknown")
             v.failing_step, v.error_message = i, message
             break
-        goals = list(task.action_goals) if semantics.action_goal_order else list(set(task.action_goals))
-        count = count_goals(StateObjectView(state), task.node_goals, task.edge_goals, goals, executed,
+        count = count_goals(StateObjectView(state), task.node_goals, task.edge_goals,
+                            semantics.action_goals(task.action_goals), executed,
                             every_edge=semantics.every_edge_goal)
         v.node_matched, v.edge_matched, v.action_matched = count.node, count.edge, count.action
         v.success = count.success and not (semantics.goal_at_start_dropped and task.goal_holds_at_start)

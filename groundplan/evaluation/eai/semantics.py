@@ -9,6 +9,8 @@ counts outcomes.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundplan.envs.virtualhome.eai.tasks import FINAL_GRAPH_MISSES_GOAL, EAITask
@@ -51,8 +53,45 @@ VERDICT_CORRECTIONS = ("repeated_keys", "every_edge_goal", "action_goal_order", 
 COUNT_CORRECTIONS = ("parsing_counted_once", "runtime_errors_per_model", "additional_step_per_task")
 
 
+#: An order of a task's action goals, one tuple per set of goals: a task whose action goals are that set is
+#: required to perform them in that order.
+ActionGoalOrder = tuple[tuple[str, ...], ...]
+#: A task's shared class name pinned to one node: (task id, name, node id).
+NamedNode = tuple[str, str, int]
+
+#: The choices one run of EAI's evaluator made by hashing strings, so that a published table can be
+#: reproduced in any process (``official_run``). Two kinds:
+#:
+#: - ``list(set(goals))`` orders the action goals. The order is the set's iteration order: it depends on the
+#:   string hashes, i.e. on ``PYTHONHASHSEED`` (random in every process unless set) and on the CPython
+#:   version's hash function (SipHash-1-3 since 3.11, SipHash-2-4 before), and it is the same for every task
+#:   with the same goals in one process. The official set has two such sets: ``GRAB`` and
+#:   ``WASH|RINSE|SCRUB|WIPE`` (10 "Wash dishes by hand" tasks) and ``TYPE`` and ``SWITCHOFF`` (3 "Write an
+#:   email" tasks). A seed names an order only for one CPython version, so a run's order is written out.
+#: - ``relevant_name_to_id`` maps a class name two relevant objects share to one of them (the last in the
+#:   iteration order of a set of node ids that the package's graph diff fills). Over seeds 0 to 9 only
+#:   ``clothes_shirt`` in 509_2 changes a verdict of the stored answers (claude-3-sonnet: node 1001, which
+#:   seed 0 gives, executable; node 1002 not).
+#:
+#: ``grab_first`` is the order ``PYTHONHASHSEED=0`` gives on CPython 3.11, with node 1002: the project page's
+#: leaderboard of June 2024 (every execution rate, 12 of 15 success rates). ``wash_first`` puts WASH before
+#: GRAB (both pairs then against the task file's order): every figure of the evaluator's own stored
+#: ``summary.json`` for gpt-4o (July 2024), whose action-goal rate also fixes SWITCHOFF before TYPE. That
+#: file does not tell the node (gpt-4o's verdicts do not depend on it): seed 0's is pinned, so that no
+#: figure of the run depends on the process. Sources and matches: ``published.json`` beside this module and
+#: :mod:`groundplan.evaluation.eai.published`.
+EVALUATOR_RUNS: dict[str, dict[str, tuple]] = {
+    "grab_first": {"action_goal_set_order": (("GRAB", "WASH|RINSE|SCRUB|WIPE"), ("SWITCHOFF", "TYPE")),
+                   "name_nodes": (("509_2", "clothes_shirt", 1002),)},
+    "wash_first": {"action_goal_set_order": (("WASH|RINSE|SCRUB|WIPE", "GRAB"), ("SWITCHOFF", "TYPE")),
+                   "name_nodes": (("509_2", "clothes_shirt", 1001),)},
+}
+
+
 class EAISemantics(BaseModel):
-    """Which corrections (:data:`CORRECTIONS`) are on; none is ``official``, all is ``corrected``."""
+    """Which corrections (:data:`CORRECTIONS`) are on; none is ``official``, all is ``corrected``. The last
+    two fields pin what EAI's evaluator leaves to string hashing (:data:`EVALUATOR_RUNS`); empty, the judge
+    makes the evaluator's choice in its own process, as the evaluator would there."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -66,6 +105,31 @@ class EAISemantics(BaseModel):
     parsing_counted_once: bool = Field(False, description=CORRECTIONS["parsing_counted_once"])
     runtime_errors_per_model: bool = Field(False, description=CORRECTIONS["runtime_errors_per_model"])
     additional_step_per_task: bool = Field(False, description=CORRECTIONS["additional_step_per_task"])
+    action_goal_set_order: ActionGoalOrder = Field(
+        (), description="the order list(set(goals)) gave in the evaluator run being reproduced, per set of action "
+                        "goals (a task whose goals are one of these sets requires them in that order); other tasks "
+                        "get list(set(goals)) in this process. Ignored when action_goal_order is on")
+    name_nodes: tuple[NamedNode, ...] = Field(
+        (), description="(task id, class name, node id): the node a class name shared by two relevant objects "
+                        "named in the evaluator run being reproduced (EAI's relevant_name_to_id); other names "
+                        "map as in this process")
+
+    def action_goals(self, goals: Sequence[str]) -> list[str]:
+        """A task's action goals in the order the goal check requires them: the task file's with
+        ``action_goal_order``, else the evaluator's ``list(set(goals))``, as pinned by
+        ``action_goal_set_order`` or as this process hashes."""
+        if self.action_goal_order:
+            return list(goals)
+        for order in self.action_goal_set_order:
+            if len(order) == len(goals) and set(order) == set(goals):
+                return list(order)
+        return list(set(goals))
+
+    def name_to_id(self, task: EAITask) -> dict[str, int]:
+        """The object names an output may use and their nodes: EAI's ``relevant_name_to_id`` as this process
+        builds it, with ``name_nodes`` pinned."""
+        pinned = {name: node for task_id, name, node in self.name_nodes if task_id == task.task_id}
+        return {**task.name_to_id, **pinned} if pinned else task.name_to_id
 
     def scores(self, task: EAITask) -> bool:
         """Whether this semantics scores ``task``: the official set is the evaluator's (its gold test);
@@ -79,6 +143,14 @@ class EAISemantics(BaseModel):
 OFFICIAL = EAISemantics(name="official")
 CORRECTED = EAISemantics(name="corrected", **{c: True for c in CORRECTIONS})
 SEMANTICS = {"official": OFFICIAL, "corrected": CORRECTED}
+
+
+def official_run(run: str) -> EAISemantics:
+    """``official`` with the hash-dependent choices of one evaluator run (:data:`EVALUATOR_RUNS`), whatever
+    this process's ``PYTHONHASHSEED``."""
+    if run not in EVALUATOR_RUNS:
+        raise KeyError(f"unknown evaluator run {run!r}; valid: {', '.join(EVALUATOR_RUNS)}")
+    return EAISemantics(name=f"official[{run}]", **EVALUATOR_RUNS[run])
 
 
 def only(correction: str) -> EAISemantics:
