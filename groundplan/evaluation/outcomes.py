@@ -158,8 +158,9 @@ def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
     return f"{format_rate(k, len(episodes), lo, hi)} ({k}/{len(episodes)})"
 
 
-def _label(row: tuple[str, str], doc: dict[str, Any] | None = None) -> str:
-    return f"{_marked(row[0], doc)} ({row[1]})" if doc is not None else f"{row[0]} ({row[1]})"
+def _label(row: tuple[str, str], doc: dict[str, Any]) -> str:
+    """A row's name in a table that spans rows: its planner, marked, and its run where the file has several."""
+    return f"{_marked(row[0], doc)} ({row[1]})" if len(doc["runs"]) > 1 else _marked(row[0], doc)
 
 
 def _marked(planner: str, doc: dict[str, Any]) -> str:
