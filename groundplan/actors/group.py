@@ -40,7 +40,8 @@ class RunnerGroup:
     bars). ``namespace`` names the Ray namespace (Serve's). ``own_local=False`` lets Ray itself pick where
     an address-less session goes (a cluster running on this machine, else a new one with its dashboard),
     as Serve wants. ``start_timeout_s`` bounds the wait for actors to be placed. ``include_dashboard``
-    starts Ray's dashboard with a local Ray (a benchmark that watches the cluster)."""
+    starts Ray's dashboard with a local Ray (a benchmark that watches the cluster; Ray Train,
+    whose placement-group cleaner polls the state API the dashboard serves and warns every second without it)."""
 
     def __init__(self, *, local: bool = False, address: str | None = None, cpus_needed: float = 0.0,
                  log_to_driver: bool = False, namespace: str | None = None, own_local: bool = True,

@@ -320,7 +320,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
 
         # the trainer's workers plus its controller actor
         with RunnerGroup(address=ray_address, cpus_needed=max(2, cfg.num_workers * cfg.cpus_per_worker + 1),
-                         log_to_driver=progress):
+                         log_to_driver=progress, include_dashboard=True):
             trainer = TorchTrainer(
                 train_loop,
                 train_loop_config={

@@ -462,9 +462,12 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
         from groundplan.pipelines.tracking import absolute_tracking_uri
 
         env_vars = {"MLFLOW_TRACKING_URI": absolute_tracking_uri(tracking_uri), "MLFLOW_RUN_ID": run.info.run_id,
-                    "MLFLOW_EXPERIMENT_NAME": cfg.experiment, "HF_MLFLOW_LOG_ARTIFACTS": "0"}
+                    "MLFLOW_EXPERIMENT_NAME": cfg.experiment, "HF_MLFLOW_LOG_ARTIFACTS": "0",
+                    # Ray Train's print patch logs every print, even one captured by redirecting sys.stdout: the
+                    # bytecode dill disassembles into a buffer while datasets fingerprints TRL's map functions
+                    "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
         with RunnerGroup(address=ray_address, cpus_needed=max(2, int(cfg.num_workers * cfg.cpus_per_worker) + 1),
-                         log_to_driver=progress):
+                         log_to_driver=progress, include_dashboard=True):
             trainer = TorchTrainer(
                 train_loop,
                 train_loop_config={
