@@ -251,21 +251,14 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, 
 
 def render_page(page: str | Path, write: bool = True) -> str:
     """``page`` with every marked block re-rendered from the outcomes file it names (a path relative to the
-    page's folder); written back when ``write``. Returns the new text."""
-    page = Path(page)
-    text = page.read_text(encoding="utf-8")
+    page's folder) with the marker's options; written back when ``write``. Returns the new text."""
+    from groundplan.evaluation.page_blocks import render_blocks
 
-    def block(m: re.Match) -> str:
-        data = page.parent / m.group("path")
-        if not data.exists():
-            raise InvalidInputError(f"{page}: the outcomes file {m.group('path')} does not exist")
+    def render(data: Path, m: re.Match) -> str:
         opts = dict(o.split("=", 1) for o in m.group("opts").split())
         if unknown := sorted(set(opts) - set(OPTIONS)):
             raise InvalidInputError(f"{page}: unknown outcomes option {', '.join(unknown)} (these are: {', '.join(OPTIONS)})")
         measures = opts["measures"].split(",") if "measures" in opts else None
-        return m.group("open") + render_markdown(load_outcomes(data), measures, opts.get("by")) + m.group("close")
+        return render_markdown(load_outcomes(data), measures, opts.get("by"))
 
-    new = MARK.sub(block, text)
-    if write and new != text:
-        page.write_text(new, encoding="utf-8")
-    return new
+    return render_blocks(page, MARK, render, write)

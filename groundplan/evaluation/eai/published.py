@@ -38,7 +38,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from groundplan.core.errors import InvalidInputError
 from groundplan.evaluation.eai.semantics import EVALUATOR_RUNS, OFFICIAL, EAISemantics, official_run
 
 log = logging.getLogger(__name__)
@@ -269,21 +268,9 @@ def render_page(page: str | Path, write: bool = True) -> str:
     """``page`` with every marked block (:data:`MARK`) re-rendered from the comparison file it names
     (:func:`render_markdown`, the table :func:`main` prints); written back when ``write``. Returns the new
     text. A page with no block is an error: a test that checks such a page would pass with nothing checked."""
-    page = Path(page)
-    text = page.read_text(encoding="utf-8")
+    from groundplan.evaluation.page_blocks import render_blocks
 
-    def block(m: re.Match) -> str:
-        data = page.parent / m.group("path")
-        if not data.exists():
-            raise InvalidInputError(f"{page}: the comparison file {m.group('path')} does not exist")
-        return m.group("open") + render_markdown(load_comparison(data)) + m.group("close")
-
-    new, blocks = MARK.subn(block, text)
-    if not blocks:
-        raise InvalidInputError(f"{page}: no <!-- published-table: FILE --> ... <!-- /published-table --> block")
-    if write and new != text:
-        page.write_text(new, encoding="utf-8")
-    return new
+    return render_blocks(page, MARK, lambda data, _: render_markdown(load_comparison(data)), write, required=True)
 
 
 def main(argv: list[str] | None = None) -> int:
