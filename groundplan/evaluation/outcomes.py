@@ -242,7 +242,8 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, 
         lines += ["| A | B | measure | over | pairs | only A | only B | p | Holm p |", "|---" * 9 + "|"]
         lines += [f"| {t['a']} | {t['b']} | {t['measure']} | {t['unit']} | {t['n_pairs']} | "
                   f"{t['a_only']} | {t['b_only']} | {t['p_value']:.3g} | {t['p_holm']:.3g} |" for t in tests]
-    if notes := [n["note"] for n in doc.get("footnotes", {}).values()]:
+    marked = doc.get("footnotes", {})
+    if notes := [marked[p]["note"] for p in dict.fromkeys(p for p, _ in rows) if p in marked]:
         from groundplan.evaluation.marks import LEGEND
 
         lines += ["", *(f"{line}  " for line in [LEGEND, *notes[:-1]]), notes[-1]]
