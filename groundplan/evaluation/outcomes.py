@@ -101,6 +101,12 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
             if not any(e["run"] == r and e["planner"] == p for e in episodes):
                 raise InvalidInputError(f"no episode of planner {p!r} in run {r!r} (pair {item!r})")
         extra.append({"a": [sides[0][2], sides[0][0]], "b": [sides[1][2], sides[1][0]]})
+    models: dict[str, set[Any]] = defaultdict(set)
+    for r in runs:
+        models[r["name"]].add(r["model"])
+    if clash := sorted(n for n, m in models.items() if len(m) > 1):
+        raise InvalidInputError(f"runs named {', '.join(clash)} have different models: a name is one model's "
+                                "row (runs of different planners may share it)")
     doc = {"format": FORMAT, "runs": runs, "pairs": extra, "episodes": episodes}
     return {**doc, "footnotes": footnotes} if footnotes else doc
 
@@ -124,7 +130,7 @@ def load_outcomes(path: str | Path) -> dict[str, Any]:
 
 def _rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(planner, run) of every row, planners in first-seen order, each planner's runs in the file's run order."""
-    order = [r["name"] for r in doc["runs"]]
+    order = list(dict.fromkeys(r["name"] for r in doc["runs"]))  # runs of several planners may share a name
     planners: list[str] = []
     runs: dict[str, set[str]] = defaultdict(set)
     for e in doc["episodes"]:
@@ -160,7 +166,7 @@ def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
 
 def _label(row: tuple[str, str], doc: dict[str, Any]) -> str:
     """A row's name in a table that spans rows: its planner, marked, and its run where the file has several."""
-    return f"{_marked(row[0], doc)} ({row[1]})" if len(doc["runs"]) > 1 else _marked(row[0], doc)
+    return f"{_marked(row[0], doc)} ({row[1]})" if len({r["name"] for r in doc["runs"]}) > 1 else _marked(row[0], doc)
 
 
 def _marked(planner: str, doc: dict[str, Any]) -> str:
@@ -190,7 +196,8 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, 
     """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
     rate [95% clustered Wilson] (k/n) and each other measure's mean; then the paired tests of every planner
     run in more than one run (each later run against the first) and of the document's ``pairs``, each over the
-    shared episodes and over one episode per cluster, Holm-adjusted together; then the footnotes of the rows
+    shared episodes and over one episode per cluster (where a cluster holds more than one: else it is the same
+    test, which would only double the Holm family), Holm-adjusted together; then the footnotes of the rows
     that read simulator truth. ``measures``: the measures shown, in order (default: every measure all
     episodes have). ``by="family"``: a table per task family first."""
     from groundplan.evaluation.summary import holm, paired_test
@@ -231,7 +238,10 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, 
         for k in keys:
             firsts.setdefault(base[k]["cluster"], k)
         for m in (x for x in names if x in binary):
-            for unit, ks in (("episodes", keys), ("clusters (first episode each)", list(firsts.values()))):
+            units = [("episodes", keys)]
+            if len(firsts) < len(keys):  # with one episode a cluster, the per-cluster test is the same test again
+                units.append(("clusters (first episode each)", list(firsts.values())))
+            for unit, ks in units:
                 rec = paired_test([(base[k][m] == 1.0, mine[k][m] == 1.0) for k in ks], proportion=True)
                 if rec is not None:
                     tests.append({"a": _label(a, doc), "b": _label(b, doc), "measure": m, "unit": unit, **rec})
