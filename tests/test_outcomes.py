@@ -48,6 +48,11 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
     assert by_episode.split(" | ")[4:7] == ["4", "0", "2"] and f"{mcnemar_exact(0, 2):.3g}" in by_episode
     by_cluster = next(line for line in paired if "execution_success | clusters" in line)
     assert by_cluster.split(" | ")[4:7] == ["2", "0", "1"]  # tasks 1 and 3 open their clusters
+    solo = outcomes.export_outcomes([a, b])
+    for e in solo["episodes"]:
+        e["cluster"] = e["task_id"]  # one episode a cluster: the per-cluster test would be the same test again
+    assert "clusters (first episode each)" not in outcomes.render_markdown(solo)
+    assert "Holm over the 2 tests" in outcomes.render_markdown(solo)  # execution and executability, per episode
     with pytest.raises(InvalidInputError, match="different models"):
         outcomes.export_outcomes([a, b], names=["same", "same"])
     with pytest.raises(InvalidInputError, match="no episode"):
