@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import logging
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -214,14 +214,12 @@ _TITLES = {"leaderboard_2024_06": "June 2024 leaderboard", "leaderboard_2024_09"
            "process": "official, `PYTHONHASHSEED=0`"}
 
 
-def render_markdown(comparison: Comparison, shown: Sequence[str] = TABLE_SOURCES, runs: Sequence[str] = RUNS,
-                    process_title: str = _TITLES["process"]) -> str:
+def render_markdown(comparison: Comparison, shown: Sequence[str] = TABLE_SOURCES, runs: Sequence[str] = RUNS) -> str:
     """The page's table: per model, each shown source's success / executable (%), then each run's with its
     counts (a figure equal to the first shown source's marked ✓), then what ``action_goal_order`` changes at
-    each run (verdicts). ``process_title`` names the judge's own run (the page runs it at seed 0)."""
-    titles = {**_TITLES, "process": process_title}
-    head = (["model"] + [titles.get(src, src) for src in shown]
-            + [titles["process"] if r == "process" else f"official `[{r}]`" for r in runs]
+    each run (verdicts). The judge's own run is titled seed 0's, the only seed :func:`main` writes."""
+    head = (["model"] + [_TITLES.get(src, src) for src in shown]
+            + [_TITLES["process"] if r == "process" else f"official `[{r}]`" for r in runs]
             + ["`action_goal_order`: " + " / ".join("seed 0" if r == "process" else r for r in runs)])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     marked = comparison.published[shown[0]]
