@@ -267,11 +267,31 @@ def sample_ids(which: Literal["all", "official", "full"] = "official", limit: in
     return in_set
 
 
+def goal_signature(task: EAITask) -> tuple[tuple[str, str], frozenset[str]]:
+    """(the state goals' text without node ids, the action goals as a set): what a program must achieve."""
+    def norm(text: str) -> str:
+        return " ".join(re.sub(r"\(\d+\)|id: \d+|-{3,}", " ", text).lower().split())
+
+    return (norm(task.node_goal_text), norm(task.edge_goal_text)), frozenset(a.upper() for a in task.action_goals)
+
+
+def solves_same_goal(test: EAITask, train: EAITask) -> bool:
+    """A near-duplicate of another name: the same state goals (not both empty), and every action the test task
+    requires also required of the train task, so a program that solves the train task's goal solves the test
+    task's. EAI's 409_2 "Work" (computer on, no action required) and 115_2 "Write an email" (computer on, TYPE)
+    differ in name and text but not in what a program must do."""
+    (state, actions), (t_state, t_actions) = goal_signature(test), goal_signature(train)
+    if state != t_state or not actions <= t_actions:
+        return False
+    return bool(any(state) or actions)
+
+
 def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> list[str]:
     """The sorted ids of the full set's tasks (or of ``pool``) that share neither the task name nor the
     task block (what a learned model reads of the prompt,
-    :func:`~groundplan.envs.virtualhome.eai.prompts.task_view`) with any of ``test_ids``: the train tasks
-    of a model tested on those (split by task, so two programs of one task name never sit on both sides)."""
+    :func:`~groundplan.envs.virtualhome.eai.prompts.task_view`) with any of ``test_ids``, nor solve the same goal
+    as one (:func:`solves_same_goal`): the train tasks of a model tested on those (split by task, so two
+    programs of one task name never sit on both sides, nor a near-duplicate under another name)."""
     from groundplan.envs.splits import instruction_key
     from groundplan.envs.virtualhome.eai.prompts import task_view
 
@@ -281,6 +301,20 @@ def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> 
     out = []
     for i in sorted(pool) if pool is not None else sample_ids("full"):
         task = load_task(i)
-        if task.name not in names and instruction_key(task_view(task.prompt)) not in views:
+        if task.name not in names and instruction_key(task_view(task.prompt)) not in views \
+                and not any(solves_same_goal(t, task) for t in test):
             out.append(i)
+    return out
+
+
+def near_duplicates(test_ids: Iterable[str], train_ids: Iterable[str]) -> dict[str, list[str]]:
+    """For each test task, the train tasks of another name that solve the same goal (:func:`solves_same_goal`);
+    only test tasks that have any."""
+    train = [load_task(i) for i in train_ids]
+    out = {}
+    for i in test_ids:
+        t = load_task(i)
+        hits = [r.task_id for r in train if r.name != t.name and solves_same_goal(t, r)]
+        if hits:
+            out[i] = hits
     return out
