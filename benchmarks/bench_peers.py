@@ -105,25 +105,11 @@ class Step:
 
 
 def steps_from_traces(traces: Iterable[Any], options: Sequence[str]) -> list[Step]:
-    """Every decision of every episode without an error, in order, as (prompt at that decision, options).
-
-    A trace keeps the episode's final prompt and each step's ``prompt_delta`` (what choosing it appended),
-    so the prompt step ``k`` was scored on is the final one less the deltas of steps ``k`` onwards."""
-    out = []
-    for trace in traces:
-        if trace.error is not None or not trace.steps:
-            continue
-        deltas = [s.prompt_delta for s in trace.steps]
-        if not trace.prompt.endswith("".join(deltas)):
-            raise ValueError(f"episode {trace.episode_id}: its prompt does not end with its steps' text")
-        cut = len(trace.prompt)
-        prompts = []
-        for d in reversed(deltas):
-            cut -= len(d)
-            prompts.append(trace.prompt[:cut])
-        for k, prompt in enumerate(reversed(prompts)):
-            out.append(Step(trace.episode_id, k, prompt, list(options)))
-    return out
+    """Every decision of every episode without an error, in order, as (prompt at that decision, options)
+    (:meth:`~groundplan.rollout.traces.EpisodeTrace.step_prompts`)."""
+    return [Step(trace.episode_id, k, prompt, list(options))
+            for trace in traces if trace.error is None and trace.steps
+            for k, prompt in enumerate(trace.step_prompts())]
 
 
 def save_steps(path: Path, steps: Sequence[Step], meta: dict[str, Any]) -> None:

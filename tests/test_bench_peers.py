@@ -3,9 +3,10 @@ slow sides' option subset, the ratio interval, the agreement check, the CPU flag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import pytest
+
+from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 
 @pytest.fixture
@@ -13,17 +14,13 @@ def bench(load_benchmark):
     return load_benchmark("bench_peers")
 
 
-@dataclass
-class FakeStep:
-    prompt_delta: str
+def FakeStep(prompt_delta: str) -> StepTrace:
+    return StepTrace(index=0, chosen="x", done=False, prompt_delta=prompt_delta)
 
 
-@dataclass
-class FakeTrace:
-    episode_id: str
-    prompt: str
-    steps: list = field(default_factory=list)
-    error: str | None = None
+def FakeTrace(episode_id: str, prompt: str, steps: list | None = None, error: str | None = None) -> EpisodeTrace:
+    return EpisodeTrace(episode_id=episode_id, planner="SayCan", env="kitchen", task_id="t", family="f",
+                        instruction="i", seed=0, llm="m", prompt=prompt, steps=steps or [], error=error)
 
 
 def test_steps_are_the_prompt_at_each_decision(bench):

@@ -117,7 +117,7 @@ def test_a_page_block_is_rendered_from_its_file(tmp_path):
         outcomes.render_page(page)
 
 
-@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs" / "results").glob("*.md"))],
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "models.md", *sorted((ROOT / "docs" / "results").glob("*.md"))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_outcomes_table_in_the_results_pages_is_what_its_data_renders(page):
     text = page.read_text(encoding="utf-8")

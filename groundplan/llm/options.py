@@ -46,7 +46,10 @@ class HFOptions(BackendOptions):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dtype: str = Field("auto", description="torch dtype: 'auto' (bf16 on GPU, fp32 on CPU), 'float32', 'bfloat16', 'float16'")
+    dtype: str = Field("auto", description="torch dtype: 'auto' (bf16 on GPU, fp32 on CPU), 'float32', 'bfloat16', "
+                       "'float16'. On a CPU with AVX512-BF16/AMX, 'bfloat16' runs the kitchen sweep faster but moves "
+                       "decisions whose float32 top-two gap is above 0.1 nats, so it is opt-in there (docs/models.md, "
+                       "'Precision')")
     tracking_uri: str | None = Field(None, description="MLflow tracking/registry URI that resolves an llm.model of "
                                      "the form models:/<name>/<version> (a fine-tuned Say model); None: "
                                      "MLFLOW_TRACKING_URI or MLflow's default")

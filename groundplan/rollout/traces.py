@@ -63,6 +63,19 @@ class EpisodeTrace:
     def plan(self) -> list[str]:
         return [s.chosen for s in self.steps if not s.done]
 
+    def step_prompts(self) -> list[str]:
+        """The prompt each step was decided on. A trace keeps the episode's final prompt and each step's
+        ``prompt_delta`` (what choosing it appended), so step ``k``'s prompt is the final one less the deltas
+        of steps ``k`` onwards (how benchmarks replay a sweep's decisions)."""
+        deltas = [s.prompt_delta for s in self.steps]
+        if not self.prompt.endswith("".join(deltas)):
+            raise ValueError(f"episode {self.episode_id}: its prompt does not end with its steps' text")
+        out, cut = [], len(self.prompt)
+        for d in reversed(deltas):
+            cut -= len(d)
+            out.append(self.prompt[:cut])
+        return out[::-1]
+
     @property
     def infrastructure_failure(self) -> bool:
         """The episode failed because infrastructure did (its error begins with ``INFRASTRUCTURE_FAILURE``),
