@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
-from benchmarks.harness import load_average, report, setup_logging  # noqa: E402
+from benchmarks.harness import data_file_args, load_average, report, setup_logging  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "results" / "data" / "performance" / "cost_growth.json"
@@ -216,11 +216,9 @@ def plot(data: dict[str, Any], path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"Scoring cost against the work ({data['model']}, {data['threads']} threads)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from groundplan.plots import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 def render_page(page: Path = PAGE, write: bool = True) -> str:
@@ -236,9 +234,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--dtype", default="float32", help="groundplan's precision (float32: the default on CPU)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-llamacpp", action="store_true")
-    ap.add_argument("--out", default=str(DATA))
-    ap.add_argument("--plot", default=str(PLOT))
-    ap.add_argument("--render-only", action="store_true", help="draw the plot and the page from the data file")
+    data_file_args(ap, DATA, PLOT)
     args = ap.parse_args(argv)
     setup_logging()
     out = Path(args.out)

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
 from benchmarks.bench_train_say import labelled, lora_model, packed_batches  # noqa: E402
-from benchmarks.harness import alternating, log_interval, report, setup_logging  # noqa: E402
+from benchmarks.harness import alternating, data_file_args, log_interval, report, setup_logging  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "results" / "data" / "say" / "train_precision.json"
@@ -87,11 +87,9 @@ def plot(data: dict, path: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(f"Say LoRA fine-tuning, float32 vs bf16 autocast ({data['decisions']} decisions, {data['examples_file']})")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from groundplan.plots import save_figure
+
+    return save_figure(fig, path, dpi=110)
 
 
 def summary(data: dict) -> dict:
@@ -117,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--max-length", type=int, default=512)
     ap.add_argument("--rows", type=int, default=4)
-    ap.add_argument("--out", default=str(DATA))
-    ap.add_argument("--plot", default=str(PLOT))
-    ap.add_argument("--render-only", action="store_true", help="draw the plot and print the result from --out")
+    data_file_args(ap, DATA, PLOT)
     args = ap.parse_args(argv)
     setup_logging()
     out = Path(args.out)

@@ -209,6 +209,15 @@ def timed(fn: Callable[[], Any], repeats: int, *, warmup: int = 0,
     return statistics.median(times)
 
 
+def data_file_args(ap: Any, data: Any, plot: Any) -> None:
+    """The options of a benchmark whose figures are rendered from a committed data file: ``--out`` (the data
+    file it writes), ``--plot`` (the picture drawn from it) and ``--render-only`` (draw and report from the
+    file without measuring again)."""
+    ap.add_argument("--out", default=str(data), help="the data file the figures are rendered from")
+    ap.add_argument("--plot", default=str(plot), help="the plot drawn from the data file")
+    ap.add_argument("--render-only", action="store_true", help="draw the plot (and its page) from --out, measuring nothing")
+
+
 def result_line(fields: dict[str, Any]) -> str:
     """``result: k=v ...`` in the given order; values are written as given (format them first)."""
     bad = [k for k in fields if not k or any(c.isspace() or c == "=" for c in k)]

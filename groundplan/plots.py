@@ -3,8 +3,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from groundplan.rollout.traces import EpisodeTrace
+
+
+def save_figure(fig: Any, path: str | Path, dpi: float | None = None, **layout: Any) -> Path:
+    """Lay out ``fig`` (``tight_layout(**layout)``), write it to ``path`` (its folder made) and close it: the one
+    ending of every picture groundplan and its benchmarks draw."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(**layout)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 def _p(logv: float | None) -> float:
@@ -38,9 +52,4 @@ def plot_step_scores(trace: EpisodeTrace, path: str | Path, top: int = 5) -> Pat
         ax.set_title(f"step {step.index + 1}: chose '{step.chosen}'", fontsize=9, loc="left")
     axes[0, 0].legend(loc="lower right", fontsize=7)
     fig.suptitle(trace.instruction, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110, rect=(0, 0, 1, 0.97))

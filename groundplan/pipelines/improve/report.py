@@ -63,12 +63,9 @@ def plot_rounds(state: dict[str, Any], path: str | Path, title: str | None = Non
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     ax.set_title(title or f"groundplan improve: {state['name']}")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    from groundplan.plots import save_figure
+
+    return save_figure(fig, path)
 
 
 #: the markers in a results page between which :func:`render_page` writes a run's table
