@@ -306,15 +306,3 @@ def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> 
             out.append(i)
     return out
 
-
-def near_duplicates(test_ids: Iterable[str], train_ids: Iterable[str]) -> dict[str, list[str]]:
-    """For each test task, the train tasks of another name that solve the same goal (:func:`solves_same_goal`);
-    only test tasks that have any."""
-    train = [load_task(i) for i in train_ids]
-    out = {}
-    for i in test_ids:
-        t = load_task(i)
-        hits = [r.task_id for r in train if r.name != t.name and solves_same_goal(t, r)]
-        if hits:
-            out[i] = hits
-    return out
