@@ -2,12 +2,14 @@
 
 1. The kitchen sweep (every instruction of ``configs/saycan_kitchen.yaml``, SayCan and No-VF, in this process)
    runs once in float32 and once in the other precision, alternating which goes first over ``--rounds``;
-   each side's episodes/s is its own sweep's wall clock. Both sides' run folders are kept, so the end-to-end
-   outcomes go through ``groundplan tables`` like any other pair of runs.
+   each side's time is its episodes' recorded wall clocks (one process, one episode at a time), so
+   ``--reuse-runs`` can read a finished sweep's folder instead of running it again. Both sides' run folders
+   are kept, so the end-to-end outcomes go through ``groundplan tables`` like any other pair of runs.
 2. Every float32 decision is re-decided on its own prompt (the float32 episode's history) by both engines
    scoring every option without pruning: the float32 re-decision must reproduce the trace's choice, and the
    other precision's is compared with it (:mod:`groundplan.evaluation.precision`), with the float32 top-two
-   gap beside each change.
+   gap beside each change. A step whose every option the trace scored (No-VF: no affordance, no pruning)
+   keeps the trace's own float32 log-probs. The int8 candidate re-decides ``--int8-planners``' decisions.
 
     python benchmarks/bench_precision.py [--precision bfloat16] [--per-family N] [--no-int8] [--out FILE.json]
 
@@ -19,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from copy import deepcopy as copy_module
 import sys
+from copy import deepcopy as copy_module
 from pathlib import Path
 
 import torch
