@@ -216,7 +216,7 @@ def plot(data: dict[str, Any], path: Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"Scoring cost against the work ({data['model']}, {data['threads']} threads)")
-    from groundplan.plots import save_figure
+    from groundplan.core.figures import save_figure
 
     return save_figure(fig, path, dpi=110)
 

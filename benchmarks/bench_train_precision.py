@@ -87,7 +87,7 @@ def plot(data: dict, path: Path) -> Path:
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.suptitle(f"Say LoRA fine-tuning, float32 vs bf16 autocast ({data['decisions']} decisions, {data['examples_file']})")
-    from groundplan.plots import save_figure
+    from groundplan.core.figures import save_figure
 
     return save_figure(fig, path, dpi=110)
 

@@ -3,22 +3,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
+from groundplan.core.figures import save_figure
 from groundplan.rollout.traces import EpisodeTrace
-
-
-def save_figure(fig: Any, path: str | Path, dpi: float | None = None, **layout: Any) -> Path:
-    """Lay out ``fig`` (``tight_layout(**layout)``), write it to ``path`` (its folder made) and close it: the one
-    ending of every picture groundplan and its benchmarks draw."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout(**layout)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
 
 
 def _p(logv: float | None) -> float:

@@ -63,7 +63,7 @@ def plot_rounds(state: dict[str, Any], path: str | Path, title: str | None = Non
     ax.grid(alpha=0.3)
     ax.legend(loc="best")
     ax.set_title(title or f"groundplan improve: {state['name']}")
-    from groundplan.plots import save_figure
+    from groundplan.core.figures import save_figure
 
     return save_figure(fig, path)
 
