@@ -129,14 +129,13 @@ def llamacpp_side(lm: Any, n_ctx: int) -> Callable[[str, list[str], bool], float
         log.warning("llama.cpp curve skipped: llama-cpp-python is not installed; pip install -e '.[peers]'")
         return None
 
-    from benchmarks.bench_peers import LlamaCppScorer
+    from benchmarks.bench_peers import LlamaCppScorer, Step, llamacpp_tokens
     from groundplan.llm.loading import embedded_gguf
 
     scorer = LlamaCppScorer(str(embedded_gguf(lm.name)), torch.get_num_threads(), n_ctx)
 
     def run(prompt: str, options: list[str], cold: bool) -> float:
-        ctx, plans, _ = lm._split(prompt, options)
-        ctx, segs, firsts = [int(t) for t in ctx], [[int(t) for t in p.segment] for p in plans], [p.scored_from for p in plans]
+        ctx, segs, firsts = llamacpp_tokens(lm, [Step("", 0, prompt, options)])[0]
         scorer.reset()
         if not cold:
             scorer.score(ctx, segs[:1], firsts[:1])

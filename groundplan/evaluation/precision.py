@@ -61,8 +61,8 @@ def check(precision: str, planner: str, episode: str, step: int, options: Sequen
 
 def summarise(checks: Sequence[DecisionCheck], threshold: float = DEFAULT_GAP) -> dict[str, Any]:
     """Per (precision, planner) and per precision over all planners: decisions, how many changed, the
-    float32 gap at each change, the largest |delta log p|, and whether every decision with a gap above
-    ``threshold`` held (the default's rule)."""
+    float32 gap at each change, the largest |delta log p|, and how many decisions with a gap above
+    ``threshold`` changed (what :func:`passes` reads)."""
     groups: dict[tuple[str, str], list[DecisionCheck]] = {}
     for c in checks:
         groups.setdefault((c.precision, c.planner), []).append(c)
