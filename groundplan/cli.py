@@ -236,9 +236,9 @@ def cmd_tables(args: argparse.Namespace) -> int:
         console.print(f"outcomes: {path}", markup=False)
         return 0
     if args.markdown:
+        spec = outcomes.TableSpec.parse(args.options or "", "--options")
         for path in args.runs:
-            measures = [m.strip() for m in args.measures.split(",")] if args.measures else None
-            console.print(outcomes.render_markdown(outcomes.load_outcomes(path), measures, args.by), markup=False,
+            console.print(outcomes.render_markdown(outcomes.load_outcomes(path), spec), markup=False,
                           highlight=False, soft_wrap=True)
         return 0
     if args.render:
@@ -602,10 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--pair", action="append", default=None, metavar="RUN:LABEL=RUN:LABEL", help="--export: also "
                     "test these two rows against each other (e.g. a fine-tuned row and a frozen row of another "
                     "prompt); repeatable")
-    tb.add_argument("--measures", default=None, metavar="NAME,NAME", help="--markdown: the measures shown, in order "
-                    "(a page's marker says measures=NAME,NAME)")
-    tb.add_argument("--by", default=None, choices=["family"], help="--markdown: a table per task family first (a "
-                    "page's marker says by=family)")
+    tb.add_argument("--options", default=None, metavar="'KEY=VALUE ...'", help="--markdown: how the table is drawn, "
+                    "as a page's marker says it: measures=NAME,NAME (shown, in order), by=family, tests=NAME,NAME "
+                    "(paired), paired=all|listed, group=planner|run")
     tb.set_defaults(func=cmd_tables)
 
     cp = sub.add_parser("compare", help="compare two runs on the episodes they share: per planner, success with "

@@ -86,7 +86,7 @@ def test_a_marker_chooses_measures_and_a_family_breakdown_and_marks_rows_that_re
     with pytest.raises(InvalidInputError, match="no measure nope"):
         outcomes.render_page(page)
     page.write_text("<!-- outcomes: data/o.json colour=red -->\n<!-- /outcomes -->\n")
-    with pytest.raises(InvalidInputError, match="unknown outcomes option colour"):
+    with pytest.raises(InvalidInputError, match="unknown option 'colour'"):
         outcomes.render_page(page)
 
 
@@ -122,3 +122,39 @@ def test_a_page_block_is_rendered_from_its_file(tmp_path):
 def test_every_outcomes_table_in_the_results_pages_is_what_its_data_renders(page):
     text = page.read_text(encoding="utf-8")
     assert outcomes.render_page(page, write=False) == text, f"re-render {page}: groundplan tables --render {page}"
+
+
+def _nav_doc() -> dict:
+    """Two runs (settings, not models) of two planners on the same three houses; tau only where it succeeded."""
+    eps = []
+    for run, bump in (("gt", 0.0), ("noisy", -0.1)):
+        for planner, spl in (("SayNav", [0.5, 0.6, 0.4]), ("Explore", [0.3, 0.5, 0.2])):
+            for i, s in enumerate(spl):
+                e = {"run": run, "planner": planner, "config_hash": "h", "task_id": f"house{i}", "family": "all",
+                     "seed": 0, "cluster": f"c{i}", "execution_success": 1.0, "sr": float(i != 2), "spl": s + bump}
+                eps.append({**e, "kendall_tau": 0.5} if i != 2 else e)
+    runs = [{"name": r, "config_hash": "h", "env": "house", "env_options": {}, "model": "smollm2"} for r in ("gt", "noisy")]
+    pairs = [{"a": ["Explore", r], "b": ["SayNav", r]} for r in ("gt", "noisy")]
+    return {"format": outcomes.FORMAT, "runs": runs, "pairs": pairs, "episodes": eps}
+
+
+def test_table_options_show_means_with_intervals_partial_measures_and_test_what_they_name():
+    from groundplan.core.stats import clustered_mean_interval, mean_interval
+
+    doc = _nav_doc()
+    spec = outcomes.TableSpec.parse("measures=sr,spl,kendall_tau tests=sr,spl paired=listed group=run")
+    table = outcomes.render_markdown(doc, spec)
+    rows = [line for line in table.splitlines() if line.startswith(("| SayNav |", "| Explore |"))]
+    assert [r.split(" | ")[1] for r in rows[:4]] == ["gt", "gt", "noisy", "noisy"]  # each run's rows together
+    m, lo, hi = mean_interval([0.5, 0.6, 0.4])
+    assert f"| {m:.3f} [{lo:.3f}, {hi:.3f}] | 0.500 [0.500, 0.500] (n=2) |" in rows[0]  # tau over the 2 with it
+    assert clustered_mean_interval([[0.5, 0.6], [0.4]])[0] == pytest.approx(0.5)
+    paired = [line for line in table.splitlines() if line.startswith("| Explore (")]
+    assert len(paired) == 4 and "Holm over the 4 tests" in table  # the listed pairs only, sr and spl
+    spl_gt = next(line for line in paired if "(gt) | SayNav (gt) | spl" in line)
+    assert "| - | - | +0.167 [" in spl_gt  # a mean difference, no discordant counts
+    everything = outcomes.render_markdown(doc, outcomes.TableSpec.parse("measures=sr,spl"))
+    assert "| SayNav (gt) | SayNav (noisy) | sr |" in everything  # paired=all: a planner's runs against its first
+    for bad, match in (("group=house", "group"), ("tests=nope", "tests: no measure nope"), ("measures", "key=value")):
+        with pytest.raises(InvalidInputError, match=match):
+            outcomes.render_markdown(doc, outcomes.TableSpec.parse(bad))

@@ -86,6 +86,27 @@ def mean_interval(values: Sequence[float], z: float = 1.96) -> tuple[float, floa
     return m, m - z * se, m + z * se
 
 
+def clustered_mean_interval(clusters: Sequence[Sequence[float]], z: float = 1.96) -> tuple[float, float, float]:
+    """(mean, lo, hi) of a measure over episodes that come in clusters (the programs of one task name, the
+    seeds of one house): the ratio estimator ȳ = Σ_c S_c / n with its cluster-robust (CR1) variance
+
+        v = k / (k - 1) · Σ_c (S_c - ȳ m_c)² / n²,
+
+    S_c and m_c the cluster's sum and size, k clusters, n episodes (Donner & Klar 2000, ch. 6), and the
+    normal interval ȳ ± z·√v. With one episode a cluster it is :func:`mean_interval`'s interval; with one
+    cluster it has no spread to stand on and is zero-width, as :func:`mean_interval`'s is for one value."""
+    groups = [list(c) for c in clusters]
+    if any(not c for c in groups):
+        raise InvalidInputError("every cluster needs at least one value")
+    k, n = len(groups), sum(len(c) for c in groups)
+    if n == 0:
+        return float("nan"), float("nan"), float("nan")
+    mean = sum(sum(c) for c in groups) / n
+    v = (k / (k - 1)) * sum((sum(c) - mean * len(c)) ** 2 for c in groups) / n ** 2 if k > 1 else 0.0
+    half = z * math.sqrt(v)
+    return mean, mean - half, mean + half
+
+
 def mcnemar_exact(a_only: int, b_only: int) -> float:
     """Two-sided exact McNemar p-value for paired binary outcomes (McNemar 1947, exact form): under the
     null of equal success rates each discordant pair (one planner succeeds, the other fails) is a fair

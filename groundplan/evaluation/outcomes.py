@@ -10,18 +10,21 @@ that file (:func:`render_markdown`) into the page between markers::
     ...the table...
     <!-- /outcomes -->
 
-A marker may name options after the file: ``measures=plan_success,execution_success`` (the measures shown,
-in that order) and ``by=family`` (a table of the measures per task family first, a column per row).
+A marker may name options after the file (:class:`TableSpec`): ``measures=plan_success,execution_success``
+(the measures shown, in that order), ``by=family`` (a table of the measures per task family first, a column
+per row), ``tests=sr,spl`` (the measures the paired tests cover), ``paired=listed`` (only the file's pairs)
+and ``group=run`` (each run's rows together).
 
-``groundplan tables --export FILE RUN...`` writes the file; ``groundplan tables --markdown FILE`` prints the
-table; ``groundplan tables --render PAGE`` rewrites every marked block of a page, and a test re-renders each
-page and fails on any difference.
+``groundplan tables --export FILE RUN...`` writes the file; ``groundplan tables --markdown FILE --options
+"K=V ..."`` prints the table a marker with those options holds; ``groundplan tables --render PAGE`` rewrites
+every marked block of a page, and a test re-renders each page and fails on any difference.
 
-The rates are over episodes, with intervals that respect the clusters (tasks that repeat an instruction
-are one question to a planner that reads only the instruction):
-:func:`~groundplan.core.stats.clustered_wilson`. Rows with one planner label in several runs (a fine-tuned
-model beside its frozen twin on the same episodes) are paired: exact McNemar over the shared episodes and
-again with one outcome per cluster (its first episode), Holm-adjusted over every test of the table.
+The rates and means are over episodes, with intervals that respect the clusters (tasks that repeat an
+instruction are one question to a planner that reads only the instruction):
+:func:`~groundplan.core.stats.clustered_wilson` and :func:`~groundplan.core.stats.clustered_mean_interval`.
+Rows with one planner label in several runs (a fine-tuned model beside its frozen twin on the same episodes)
+are paired: exact McNemar over the shared episodes and again with one outcome per cluster (its first
+episode), Holm-adjusted over every test of the table.
 """
 from __future__ import annotations
 
@@ -30,19 +33,20 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from groundplan.config import stable_hash
 from groundplan.core.errors import InvalidInputError
-from groundplan.core.stats import clustered_wilson
+from groundplan.core.stats import clustered_mean_interval, clustered_wilson
+from groundplan.core.validation import describe_errors
 from groundplan.envs.splits import normalise_text
 
 #: the file format's version (a reader refuses another)
 FORMAT = 1
 MARK = re.compile(r"(?P<open><!-- outcomes: (?P<path>\S+)(?P<opts>(?: [a-z_]+=\S+)*) -->\n)(?P<body>.*?)"
                   r"(?P<close><!-- /outcomes -->)", re.S)
-#: the options a marker may give (:func:`render_markdown`'s keywords)
-OPTIONS = ("measures", "by")
 
 
 def cluster_key(trace: Any) -> str:
@@ -128,8 +132,45 @@ def load_outcomes(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def _rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(planner, run) of every row, planners in first-seen order, each planner's runs in the file's run order."""
+class TableSpec(BaseModel):
+    """How a table is drawn from an outcomes file: the options a page's marker names after the file
+    (``measures=sr,spl tests=spl paired=listed``) and ``groundplan tables --markdown --options`` takes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    measures: list[str] | None = Field(None, description="the measures shown, in order (default: every measure "
+                                       "that every episode without an error has); a measure some episodes lack "
+                                       "(Kendall tau, defined on successful episodes) is shown over those that "
+                                       "have it, with that n")
+    by: Literal["family"] | None = Field(None, description="'family': a table of the 0/1 measures per task "
+                                         "family first")
+    tests: list[str] | None = Field(None, description="the measures the paired tests cover (default: the shown "
+                                    "0/1 measures): a 0/1 measure by exact McNemar, any other by the mean paired "
+                                    "difference; all of them one Holm family")
+    paired: Literal["all", "listed"] = Field("all", description="'all': each planner label run in several runs "
+                                             "against its first run, and the file's pairs; 'listed': the file's "
+                                             "pairs only (runs that differ in a setting, not a model)")
+    group: Literal["planner", "run"] = Field("planner", description="row order: each planner's runs together, "
+                                             "or each run's planners together")
+
+    @classmethod
+    def parse(cls, text: str, where: str = "the table options") -> "TableSpec":
+        """The spec a marker's ``key=value`` words give (lists comma-separated)."""
+        opts: dict[str, Any] = {}
+        for word in text.split():
+            key, sep, value = word.partition("=")
+            if not sep or not value:
+                raise InvalidInputError(f"{where}: an option is key=value, got {word!r}")
+            opts[key] = value.split(",") if key in ("measures", "tests") else value
+        try:
+            return cls(**opts)
+        except ValidationError as e:
+            raise InvalidInputError(f"{where}: {describe_errors(e)}") from None
+
+
+def _rows(doc: dict[str, Any], group: str = "planner") -> list[tuple[str, str]]:
+    """(planner, run) of every row: planners in first-seen order and each planner's runs in the file's run
+    order, or (``group="run"``) the runs in order and each run's planners in first-seen order."""
     order = list(dict.fromkeys(r["name"] for r in doc["runs"]))  # runs of several planners may share a name
     planners: list[str] = []
     runs: dict[str, set[str]] = defaultdict(set)
@@ -137,31 +178,61 @@ def _rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
         if e["planner"] not in runs:
             planners.append(e["planner"])
         runs[e["planner"]].add(e["run"])
+    if group == "run":
+        return [(p, r) for r in order for p in planners if r in runs[p]]
     return [(p, r) for p in planners for r in order if r in runs[p]]
 
 
-def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str]]:
-    """The measures every episode without an error has, in order (execution success first), and which are 0/1."""
+_IDENTITY = {"run", "planner", "config_hash", "task_id", "family", "seed", "cluster"}
+
+
+def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
+    """The measures every episode without an error has, in order (execution success first); which of all
+    the measures any such episode has are 0/1; and all those measures."""
     kept = [e for e in doc["episodes"] if "error" not in e]
-    skip = {"run", "planner", "config_hash", "task_id", "family", "seed", "cluster"}
-    names = [k for k in kept[0] if k not in skip] if kept else []
+    present = {k for e in kept for k in e if k not in _IDENTITY}
+    names = [k for k in kept[0] if k not in _IDENTITY] if kept else []
     names = [k for k in names if all(k in e for e in kept)]
     names.sort(key=lambda k: (k != "execution_success", k))
-    binary = {k for k in names if all(e[k] in (0.0, 1.0) for e in kept)}
-    return names, binary
+    binary = {k for k in present if all(e[k] in (0.0, 1.0) for e in kept if k in e)}
+    return names, binary, present
 
 
 def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
     by_cluster: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in episodes:
-        c = by_cluster[e["cluster"]]
-        c[0] += int(e[measure] == 1.0)
-        c[1] += 1
+        if measure in e:
+            c = by_cluster[e["cluster"]]
+            c[0] += int(e[measure] == 1.0)
+            c[1] += 1
     from groundplan.evaluation.summary import format_rate
 
-    k = sum(y for y, _ in by_cluster.values())
+    k, n = sum(y for y, _ in by_cluster.values()), sum(m for _, m in by_cluster.values())
+    if not n:
+        return "-"
     _, lo, hi = clustered_wilson([tuple(v) for v in by_cluster.values()])
-    return f"{format_rate(k, len(episodes), lo, hi)} ({k}/{len(episodes)})"
+    return f"{format_rate(k, n, lo, hi)} ({k}/{n})"
+
+
+def _digits(x: float) -> int:
+    """A mean's decimals, which its interval shares: three below 1 (SPL, LCS), two below 10, one above
+    (lengths in metres or steps)."""
+    return 3 if abs(x) < 1 else 2 if abs(x) < 10 else 1
+
+
+def _mean(episodes: list[dict[str, Any]], measure: str) -> str:
+    """The measure's mean over the episodes that have it, with its cluster-robust 95% interval
+    (:func:`~groundplan.core.stats.clustered_mean_interval`), and their n where some episodes lack it."""
+    by_cluster: dict[str, list[float]] = defaultdict(list)
+    for e in episodes:
+        if measure in e:
+            by_cluster[e["cluster"]].append(float(e[measure]))
+    n = sum(len(v) for v in by_cluster.values())
+    if not n:
+        return "-"
+    mean, lo, hi = clustered_mean_interval(list(by_cluster.values()))
+    d = _digits(mean)
+    return f"{mean:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]" + ("" if n == len(episodes) else f" (n={n})")
 
 
 def _label(row: tuple[str, str], doc: dict[str, Any]) -> str:
@@ -192,42 +263,42 @@ def _by_family(doc: dict[str, Any], rows: list[tuple[str, str]], names: list[str
     return lines + [""]
 
 
-def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, by: str | None = None) -> str:
+def render_markdown(doc: dict[str, Any], spec: TableSpec | None = None) -> str:
     """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
-    rate [95% clustered Wilson] (k/n) and each other measure's mean; then the paired tests of every planner
-    run in more than one run (each later run against the first) and of the document's ``pairs``, each over the
-    shared episodes and over one episode per cluster (where a cluster holds more than one: else it is the same
-    test, which would only double the Holm family), Holm-adjusted together; then the footnotes of the rows
-    that read simulator truth. ``measures``: the measures shown, in order (default: every measure all
-    episodes have). ``by="family"``: a table per task family first."""
+    rate [95% clustered Wilson] (k/n) and each other measure as mean [95% cluster-robust interval]; then the
+    paired tests (:class:`TableSpec`'s ``paired`` and ``tests``), each over the shared episodes and over one
+    episode per cluster (where a cluster holds more than one: else it is the same test, which would only
+    double the Holm family), Holm-adjusted together; then the footnotes of the rows that read simulator
+    truth. ``spec.by="family"``: a table per task family first."""
     from groundplan.evaluation.summary import holm, paired_test
 
-    names, binary = _measures(doc)
-    if measures is not None:
-        if unknown := [m for m in measures if m not in names]:
-            raise InvalidInputError(f"no measure {', '.join(unknown)} in every episode (these are: {', '.join(names)})")
-        names = list(measures)
-    if by not in (None, "family"):
-        raise InvalidInputError(f"by={by!r}: the tables break down by 'family' only")
-    rows = _rows(doc)
+    spec = spec or TableSpec()
+    names, binary, present = _measures(doc)
+    for field in ("measures", "tests"):
+        if unknown := [m for m in getattr(spec, field) or () if m not in present]:
+            raise InvalidInputError(f"{field}: no measure {', '.join(unknown)} in the episodes (these are: "
+                                    f"{', '.join(sorted(present))})")
+    names = list(spec.measures) if spec.measures is not None else names
+    tested = list(spec.tests) if spec.tests is not None else [m for m in names if m in binary]
+    rows = _rows(doc, spec.group)
     models = {r["name"]: r["model"] for r in doc["runs"]}
     eps: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for e in doc["episodes"]:
         eps[(e["planner"], e["run"])].append(e)
-    lines = _by_family(doc, rows, [m for m in names if m in binary], eps) if by else []
+    lines = _by_family(doc, rows, [m for m in names if m in binary], eps) if spec.by else []
     lines += ["| planner | run | model | episodes | clusters | errors | " + " | ".join(names) + " |",
               "|---" * (6 + len(names)) + "|"]
     for planner, run in rows:
         group = eps[(planner, run)]
         ok = [e for e in group if "error" not in e]
-        cells = [_rate(ok, m) if m in binary else (f"{sum(e[m] for e in ok) / len(ok):.2f}" if ok else "-")
-                 for m in names]
+        cells = [_rate(ok, m) if m in binary else _mean(ok, m) for m in names]
         lines.append(f"| {_marked(planner, doc)} | {run} | `{models[run]}` | {len(group)} | "
                      f"{len({e['cluster'] for e in group})} | {len(group) - len(ok)} | " + " | ".join(cells) + " |")
     comparisons = []  # ((planner, run) of A, (planner, run) of B)
-    for planner in dict.fromkeys(p for p, _ in rows):
-        runs = [r for p, r in rows if p == planner]
-        comparisons += [((planner, runs[0]), (planner, other)) for other in runs[1:]]
+    if spec.paired == "all":
+        for planner in dict.fromkeys(p for p, _ in rows):
+            runs = [r for p, r in rows if p == planner]
+            comparisons += [((planner, runs[0]), (planner, other)) for other in runs[1:]]
     comparisons += [(tuple(c["a"]), tuple(c["b"])) for c in doc.get("pairs", [])]
     tests: list[dict[str, Any]] = []
     for a, b in comparisons:
@@ -237,21 +308,28 @@ def render_markdown(doc: dict[str, Any], measures: Sequence[str] | None = None, 
         firsts: dict[str, tuple[str, int]] = {}
         for k in keys:
             firsts.setdefault(base[k]["cluster"], k)
-        for m in (x for x in names if x in binary):
+        for m in tested:
             units = [("episodes", keys)]
             if len(firsts) < len(keys):  # with one episode a cluster, the per-cluster test is the same test again
                 units.append(("clusters (first episode each)", list(firsts.values())))
+            value = (lambda e: None if m not in e else e[m] == 1.0) if m in binary else (lambda e: e.get(m))
             for unit, ks in units:
-                rec = paired_test([(base[k][m] == 1.0, mine[k][m] == 1.0) for k in ks], proportion=True)
-                if rec is not None:
+                rec = paired_test([(value(base[k]), value(mine[k])) for k in ks], proportion=m in binary)
+                if rec is not None and rec["p_value"] is not None:
                     tests.append({"a": _label(a, doc), "b": _label(b, doc), "measure": m, "unit": unit, **rec})
     if tests:
         holm(tests, "paired tests of this table")
-        lines += ["", "Paired (exact McNemar, B against A on the same episodes; Holm over the "
-                  f"{len(tests)} tests of this table):", ""]
-        lines += ["| A | B | measure | over | pairs | only A | only B | p | Holm p |", "|---" * 9 + "|"]
-        lines += [f"| {t['a']} | {t['b']} | {t['measure']} | {t['unit']} | {t['n_pairs']} | "
-                  f"{t['a_only']} | {t['b_only']} | {t['p_value']:.3g} | {t['p_holm']:.3g} |" for t in tests]
+        means = any("diff" in t for t in tests)
+        lines += ["", "Paired (B against A on the same episodes: exact McNemar" + (
+            "; other measures, the mean difference B − A with its 95% normal interval" if means else "") +
+            f"; Holm over the {len(tests)} tests of this table):", ""]
+        head = "| A | B | measure | over | pairs | only A | only B | " + ("B − A [95% CI] | " if means else "")
+        lines += [head + "p | Holm p |", "|---" * (9 + means) + "|"]
+        for t in tests:
+            counts = f"{t['a_only']} | {t['b_only']}" if "a_only" in t else "- | -"
+            diff = (f"{t['diff']:+.3f} [{t['ci'][0]:+.3f}, {t['ci'][1]:+.3f}] | " if "diff" in t else "- | ") if means else ""
+            lines.append(f"| {t['a']} | {t['b']} | {t['measure']} | {t['unit']} | {t['n_pairs']} | {counts} | "
+                         f"{diff}{t['p_value']:.3g} | {t['p_holm']:.3g} |")
     marked = doc.get("footnotes", {})
     if notes := [marked[p]["note"] for p in dict.fromkeys(p for p, _ in rows) if p in marked]:
         from groundplan.evaluation.marks import LEGEND
@@ -266,10 +344,6 @@ def render_page(page: str | Path, write: bool = True) -> str:
     from groundplan.evaluation.page_blocks import render_blocks
 
     def render(data: Path, m: re.Match) -> str:
-        opts = dict(o.split("=", 1) for o in m.group("opts").split())
-        if unknown := sorted(set(opts) - set(OPTIONS)):
-            raise InvalidInputError(f"{page}: unknown outcomes option {', '.join(unknown)} (these are: {', '.join(OPTIONS)})")
-        measures = opts["measures"].split(",") if "measures" in opts else None
-        return render_markdown(load_outcomes(data), measures, opts.get("by"))
+        return render_markdown(load_outcomes(data), TableSpec.parse(m.group("opts"), f"{page}: {m.group('path')}"))
 
     return render_blocks(page, MARK, render, write)
