@@ -5,6 +5,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,9 +116,10 @@ def tiny_encoder(tmp_path_factory):
     return str(folder)
 
 
-def tiny_llama_lm(folder: Path, seed: int):
+def tiny_llama_lm(folder: Path, seed: int, **options: Any):
     """An HFLanguageModel over a 2-layer random Llama with SmolLM2's tokenizer, saved in ``folder``; its
-    logits sharpened (x40) so greedy choices and beams differ clearly. Fast and deterministic per seed."""
+    logits sharpened (x40) so greedy choices and beams differ clearly. Fast and deterministic per seed.
+    ``options``: the engine's other options (``sample_memo_size=0``)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -134,7 +136,7 @@ def tiny_llama_lm(folder: Path, seed: int):
         model.lm_head.weight.mul_(40.0)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
-    return HFLanguageModel(model=str(folder), dtype="float32", device_map=None)
+    return HFLanguageModel(model=str(folder), dtype="float32", device_map=None, **options)
 
 
 @pytest.fixture(scope="module")

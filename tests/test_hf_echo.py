@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from groundplan.core.errors import InvalidInputError
-from groundplan.llm.hf_echo import TOP_LOGPROBS, EchoScorer, ScoredEntry
+from groundplan.llm.hf_echo import TOP_LOGPROBS, EchoScorer, NextLogits, ScoredEntry
 from groundplan.llm.hf_kv import KVContext
 from groundplan.llm.hf_scoring import PackedScorer
 from groundplan.llm.hf_stats import EngineStats
@@ -24,7 +24,8 @@ TOL = 1e-4  # float32 rounding of a packed or cached forward against a plain one
 def _echo(lm) -> EchoScorer:
     stats = EngineStats()
     kv = KVContext(lm.model, PrefixCache(1 << 28), stats, 512)
-    return EchoScorer(PackedScorer(BoundaryTokenizer(lm.tokenizer, stats), kv, stats, threading.RLock()), PrefixCache(1 << 28))
+    return EchoScorer(PackedScorer(BoundaryTokenizer(lm.tokenizer, stats), kv, stats, threading.RLock()), PrefixCache(1 << 28),
+                      NextLogits(1 << 26))
 
 
 @torch.inference_mode()

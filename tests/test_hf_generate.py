@@ -10,6 +10,7 @@ import torch
 
 from groundplan.llm.base import GenerationParams
 from groundplan.llm.beam_search import BeamSearchParams, reference_beam_search
+from groundplan.llm.hf_echo import NextLogits
 from groundplan.llm.hf_generate import DecodeMemo, Sampler
 from groundplan.llm.sampling import find_stop as _find_stop
 from groundplan.llm.sampling import finish as _finish
@@ -34,7 +35,7 @@ def tiny(tmp_path_factory):
 def _sampler(lm) -> Sampler:
     stats = EngineStats()
     return Sampler(BoundaryTokenizer(lm.tokenizer, stats), KVContext(lm.model, PrefixCache(1 << 26), stats, 64), stats,
-                   threading.RLock())
+                   threading.RLock(), NextLogits(1 << 26))
 
 
 @torch.inference_mode()
@@ -125,3 +126,28 @@ def test_beam_memo_answers_a_repeat_and_stays_bounded(tiny):
     # (within float32 rounding: the prompt's key/values now come from the longer prompt's cache entry)
     assert all(math.isclose(a.logprob_sum, b.logprob_sum, abs_tol=TOL) for a, b in zip(again, first))
     assert memo.stats.beam_memo_hits == 1
+
+
+def test_generating_after_an_echo_copies_no_prompt_and_gives_the_same_tokens(tmp_path):
+    """A client's ``echo`` of ``prompt + option`` then a token after it (lm-evaluation-harness's
+    ``max_tokens: 1``): with ``keep_next`` the token comes from the echo's own forward (no forward at all);
+    a longer generate runs the option after the cached prompt in that entry's headroom (no copy, nothing
+    cached). Both give what a fresh engine gives (greedy, the same tokens; log-probs within float32 rounding)."""
+    lm = tiny_llama_lm(tmp_path / "m", seed=1, sample_memo_size=0)
+    fresh = tiny_llama_lm(tmp_path / "f", seed=1, sample_memo_size=0)
+    texts = [PROMPT + o for o in (" pick up the can", " go to the table", " done")]
+    one = GenerationParams(n=2, temperature=0.0, max_new_tokens=1, stop=())
+    lm.prompt_logprobs(texts, 1, keep_next=True)
+    forwarded = lm.stats.forward_tokens
+    for t in texts:
+        got, want = lm.generate(t, one), fresh.generate(t, one)
+        assert [g.text for g in got] == [g.text for g in want]
+        assert got[0].logprob_mean == pytest.approx(want[0].logprob_mean, abs=TOL)
+    assert lm.stats.kept_next_tokens == 3 and lm.stats.forward_tokens == forwarded  # no forward ran
+    assert lm.generate(texts[0], one)[0].text == fresh.generate(texts[0], one)[0].text  # taken once: now a forward
+    four = GenerationParams(n=1, temperature=0.0, max_new_tokens=4, stop=())
+    lm.prompt_logprobs(texts, 0)
+    entries = len(lm._kv.cache._entries)
+    for t in texts:
+        assert [g.text for g in lm.generate(t, four)] == [g.text for g in fresh.generate(t, four)]
+    assert lm.stats.borrowed_contexts >= 3 and len(lm._kv.cache._entries) == entries  # borrowed, nothing cached

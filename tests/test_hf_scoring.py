@@ -84,7 +84,7 @@ def test_reference_path_agrees_and_ranks_the_sensible_option_first(lm):
 def test_packed_top_k_are_the_most_likely_tokens(lm):
     scorer = _scorer(lm)
     pr = scorer.prepare(PROMPT, OPTIONS[:3])
-    lps, tops = scorer.packed(pr, top_k=3)
+    lps, tops, _ = scorer.packed(pr, top_k=3)
     for plan, lp, top in zip(pr.plans, lps, tops):
         assert len(lp) == len(top) == len(plan.segment) - plan.scored_from
         for value, (ids, values) in zip(lp, top):

@@ -144,19 +144,22 @@ def test_sampling_goes_through_the_engine(client, lm):
 def test_lm_eval_style_requests_take_two_grouped_echo_calls_whatever_the_prompt_count(client, local_backend, monkeypatch):
     """lm-evaluation-harness's ``local-completions`` scores with token-id prompts, echo, logprobs 1 and
     max_tokens 1: the prompts' log-probs come from one grouped call and the samples' from one more (a call
-    per text costs a forward pass each), and equal what the max_tokens 0 echo gives."""
+    per text costs a forward pass each), and equal what the max_tokens 0 echo gives. The first call keeps each
+    text's next-token logits, so the one-token samples run no forward of their own."""
     _, backend = local_backend
     ids = [backend.lm.tokenizer(PROMPT + o).input_ids for o in OPTIONS]
     calls = []
     real = backend.prompt_logprobs
 
-    async def counted(prompts, top_k):
-        calls.append(len(prompts))
-        return await real(prompts, top_k)
+    async def counted(prompts, top_k, keep_next=False):
+        calls.append((len(prompts), keep_next))
+        return await real(prompts, top_k, keep_next)
 
     monkeypatch.setattr(backend, "prompt_logprobs", counted)
+    kept = backend.lm.stats.kept_next_tokens
     r = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0, echo=True, logprobs=1)
-    assert calls == [len(OPTIONS), len(OPTIONS)]
+    assert calls == [(len(OPTIONS), True), (len(OPTIONS), False)]
+    assert backend.lm.stats.kept_next_tokens == kept + len(OPTIONS)
     plain = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True, logprobs=1)
     for got, want, toks in zip(r.choices, plain.choices, ids):
         head = got.logprobs.token_logprobs[:len(toks)]

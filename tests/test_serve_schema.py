@@ -110,7 +110,8 @@ class FuzzLM(FakeLM):
         tokens = [f" t{i}" for i in prompt]
         return "".join(tokens), tokens, list(prompt)
 
-    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0,
+                        keep_next: bool = False) -> list[PromptLogprobs]:
         out = []
         for prompt in prompts:
             text, tokens, ids = self._tokens(prompt)

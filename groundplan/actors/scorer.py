@@ -166,27 +166,31 @@ class DynamicBatcher:
                 p.future.set_result(r)
 
 
-def prompt_logprobs_batch(lm: Any, requests: Sequence[tuple[list[Any], int]]) -> list[Any]:
-    """Several callers' ``(prompts, top_k)`` requests in one ``lm.prompt_logprobs`` call (at the largest
-    top-k asked; each gets its own), so the ``prompt + option`` texts of a SayCan step, sent concurrently,
-    share their prompt's context and are packed together. Should the joint call fail (one caller's bad
-    token ids), each request runs alone, so a caller only ever gets its own error: each result is a list
-    of :class:`PromptLogprobs` or the exception to raise for that caller."""
-    flat = [p for prompts, _ in requests for p in prompts]
+def prompt_logprobs_batch(lm: Any, requests: Sequence[tuple[list[Any], int, bool]]) -> list[Any]:
+    """Several callers' ``(prompts, top_k, keep_next)`` requests in one ``lm.prompt_logprobs`` call (at the
+    largest top-k asked, each getting its own; next-token logits kept when any caller will sample after its
+    texts), so the ``prompt + option`` texts of a SayCan step, sent concurrently, share their prompt's
+    context and are packed together. Should the joint call fail (one caller's bad token ids), each request
+    runs alone, so a caller only ever gets its own error: each result is a list of :class:`PromptLogprobs`
+    or the exception to raise for that caller."""
+    def call(prompts: list[Any], k: int, keep_next: bool) -> list[Any]:
+        return lm.prompt_logprobs(prompts, k, keep_next=True) if keep_next else lm.prompt_logprobs(prompts, k)
+
+    flat = [p for prompts, _, _ in requests for p in prompts]
     try:
-        results = lm.prompt_logprobs(flat, max(k for _, k in requests))
+        results = call(flat, max(k for _, k, _ in requests), any(kn for _, _, kn in requests))
     except Exception as exc:
         if len(requests) == 1:
             return [exc]
         out: list[Any] = []
-        for prompts, k in requests:
+        for prompts, k, kn in requests:
             try:
-                out.append(lm.prompt_logprobs(prompts, k))
+                out.append(call(prompts, k, kn))
             except Exception as one:
                 out.append(one)
         return out
     out, at = [], 0
-    for prompts, k in requests:
+    for prompts, k, _ in requests:
         out.append([dataclasses.replace(r, top=tuple(t[:k] for t in r.top)) for r in results[at:at + len(prompts)]])
         at += len(prompts)
     return out
@@ -298,10 +302,11 @@ class LLMScorer:
         self._embed_calls += 1
         return await asyncio.to_thread(self.lm.embed, list(texts))
 
-    async def prompt_logprobs(self, prompts: Sequence[Any], top_k: int) -> list[PromptLogprobs]:
+    async def prompt_logprobs(self, prompts: Sequence[Any], top_k: int, keep_next: bool = False) -> list[PromptLogprobs]:
         """Per-token log-probs of whole prompts, batched with other callers' into one ``prompt_logprobs``
-        call (:func:`prompt_logprobs_batch`); a caller gets only its own error."""
-        out = await self._echo.submit((list(prompts), int(top_k)))
+        call (:func:`prompt_logprobs_batch`); a caller gets only its own error. ``keep_next``: the caller
+        will sample one token after each prompt (the engine keeps their next-token logits)."""
+        out = await self._echo.submit((list(prompts), int(top_k), bool(keep_next)))
         if isinstance(out, BaseException):
             raise out
         return out

@@ -88,8 +88,10 @@ class SupportsPromptLogprobs(Protocol):
     """A backend that declares ``prompt_logprobs``: per-token log-probs of whole prompts (text or token
     ids), and token counts."""
 
-    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
-        ...
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0,
+                        keep_next: bool = False) -> list[PromptLogprobs]:
+        """``keep_next``: the caller will generate one token after each prompt next; a backend may keep the
+        next-token logits its forward computed for that generate (a hint: results are the same without)."""
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         ...

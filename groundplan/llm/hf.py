@@ -27,7 +27,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import Generation, GenerationParams, OptionScore, PromptLogprobs, ScoreRequest
 from groundplan.llm.embeddings import SentenceEmbedder
 from groundplan.llm.hf_batch import BATCHED_MODES, BatchScorer, check_batch_options
-from groundplan.llm.hf_echo import TOP_LOGPROBS, EchoScorer
+from groundplan.llm.hf_echo import TOP_LOGPROBS, EchoScorer, NextLogits
 from groundplan.llm.hf_generate import DecodeMemo, Sampler
 from groundplan.llm.hf_kv import KV, KVContext, add_sliding_window
 from groundplan.llm.hf_scoring import PackedScorer, Prepared, Top
@@ -110,15 +110,17 @@ class HFLanguageModel:
         self.tokenizer = loaded.tokenizer
         self.stats = EngineStats()
         self._lock = threading.RLock()
-        self._kv = KVContext(self.model, PrefixCache(int(prefix_cache_mb) << 20), self.stats, max_pack_tokens)
+        scored = PrefixCache(int(prefix_cache_mb) << 20)  # the echo scorer's entries, which generation may borrow
+        self._kv = KVContext(self.model, PrefixCache(int(prefix_cache_mb) << 20), self.stats, max_pack_tokens, [scored])
         self.device = self._kv.device
         self._embedder = SentenceEmbedder(embedder)
         add_sliding_window(self.model, self._kv.head())
         self._tokens = BoundaryTokenizer(self.tokenizer, self.stats)
         self._scorer = PackedScorer(self._tokens, self._kv, self.stats, self._lock)
         self._batch = BatchScorer(self._scorer, batched_forward, max_batch_rows)
-        self._echo = EchoScorer(self._scorer, PrefixCache(int(prefix_cache_mb) << 20))
-        self._sampler = Sampler(self._tokens, self._kv, self.stats, self._lock)
+        nexts = NextLogits(int(prefix_cache_mb) << 20)  # the echo scorer's next-token logits, for a 1-token generate
+        self._echo = EchoScorer(self._scorer, scored, nexts)
+        self._sampler = Sampler(self._tokens, self._kv, self.stats, self._lock, nexts)
         self._beams = DecodeMemo(beam_memo_size, self.stats, self._lock, "beam_memo_hits")
         self._samples = DecodeMemo(sample_memo_size, self.stats, self._lock, "sample_memo_hits")
 
@@ -151,11 +153,13 @@ class HFLanguageModel:
         return [len(self._tokens.encode(t)) for t in texts]
 
     @torch.inference_mode()
-    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0,
+                        keep_next: bool = False) -> list[PromptLogprobs]:
         """Every token of each prompt (a text, or token ids) with its log-prob given the tokens before it
         (None for the first) and the ``top_k`` most likely tokens at each position: the OpenAI API's
-        ``echo`` with ``logprobs`` (:mod:`groundplan.llm.hf_echo`)."""
-        return self._echo.prompt_logprobs(prompts, top_k)
+        ``echo`` with ``logprobs`` (:mod:`groundplan.llm.hf_echo`). ``keep_next``: also keep each prompt's
+        next-token logits, computed in the same forward, for a one-token ``generate`` after it."""
+        return self._echo.prompt_logprobs(prompts, top_k, keep_next)
 
     @torch.inference_mode()
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
@@ -215,4 +219,4 @@ class HFLanguageModel:
         return self._scorer.prepare(prompt, options)
 
     def _packed(self, pr: Prepared, top_k: int = 0) -> tuple[list[list[float]], list[list[Top]]]:
-        return self._scorer.packed(pr, top_k)
+        return self._scorer.packed(pr, top_k)[:2]

@@ -11,6 +11,8 @@ reuses them up to m, as it reuses the key/values, and pays only for its new toke
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -49,13 +51,52 @@ class ScoredEntry(CacheEntry):
         self.nbytes += self.token_lp.nbytes + self.top_ids.nbytes + self.top_lp.nbytes
 
 
+class NextLogits:
+    """The raw next-token logits after texts that ``prompt_logprobs`` scored with ``keep_next``, by the texts'
+    token ids, until a ``generate`` of one token after the same text takes them (at most ``max_bytes``; the
+    oldest go first).
+
+    An OpenAI-style client that scores ``prompt + option`` with ``echo`` asks for a token after it in the
+    same request (lm-evaluation-harness sends ``max_tokens: 1``). The packed forward that gives the text's
+    log-probs gives that token's logits too, at the text's last row, so the token needs no forward of its
+    own: without this each text ran one more forward after its cached prompt, a whole pass over the weights
+    for a token or two (what made the OpenAI route several times slower than the in-process step)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.entries: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self.nbytes = 0
+        self.lock = threading.Lock()
+
+    def put(self, ids: np.ndarray, logits: torch.Tensor) -> None:
+        key, size = np.asarray(ids, dtype=np.int64).tobytes(), logits.numel() * logits.element_size()
+        with self.lock:
+            if (old := self.entries.pop(key, None)) is not None:
+                self.nbytes -= old.numel() * old.element_size()
+            self.entries[key] = logits
+            self.nbytes += size
+            while self.nbytes > self.max_bytes and self.entries:
+                _, gone = self.entries.popitem(last=False)
+                self.nbytes -= gone.numel() * gone.element_size()
+
+    def take(self, ids: np.ndarray) -> torch.Tensor | None:
+        """The logits after ``ids``, removed (one generate uses them), or None."""
+        with self.lock:
+            logits = self.entries.pop(np.asarray(ids, dtype=np.int64).tobytes(), None)
+            if logits is not None:
+                self.nbytes -= logits.numel() * logits.element_size()
+            return logits
+
+
 class EchoScorer:
     """``prompt_logprobs`` over a :class:`~groundplan.llm.hf_scoring.PackedScorer` (its tokeniser,
-    key/value context, counters and lock) and a prefix cache of :class:`ScoredEntry` (``scored_cache``)."""
+    key/value context, counters and lock), a prefix cache of :class:`ScoredEntry` (``scored_cache``) and the
+    next-token logits it keeps for a generate (``nexts``)."""
 
-    def __init__(self, scorer: PackedScorer, scored_cache: PrefixCache) -> None:
+    def __init__(self, scorer: PackedScorer, scored_cache: PrefixCache, nexts: NextLogits) -> None:
         self.scorer = scorer
         self.scored_cache = scored_cache
+        self.nexts = nexts
 
     def context_positions(self, ctx: np.ndarray) -> tuple[KV, torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`~groundplan.llm.hf_kv.KVContext.context` that also returns each context position's
@@ -115,7 +156,8 @@ class EchoScorer:
         return kv, last, token_lp, top_ids, top_lp
 
     @torch.inference_mode()
-    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0) -> list[PromptLogprobs]:
+    def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0,
+                        keep_next: bool = False) -> list[PromptLogprobs]:
         """Every token of each prompt (a text, or token ids) with its log-prob given the tokens before it
         (None for the first) and the ``top_k`` most likely tokens at each position: the OpenAI API's
         ``echo`` with ``logprobs``, which SayCan's public demo scored options with.
@@ -125,7 +167,8 @@ class EchoScorer:
         packed after it as an option; the context's own positions come from a cached
         :class:`ScoredEntry` where one shares the prefix. So scoring ``prompt + option`` for every option,
         one text each, costs about what ``score`` costs, not one full forward per text; the
-        log-probs equal a full forward's within float32 rounding (~1e-5)."""
+        log-probs equal a full forward's within float32 rounding (~1e-5). ``keep_next``: each text's
+        next-token logits, from the same forward, are kept for a one-token generate (:class:`NextLogits`)."""
         if not 0 <= int(top_k) <= TOP_LOGPROBS:
             raise InvalidInputError(f"top_k must be between 0 and {TOP_LOGPROBS}, got {top_k}")
         tokens = self.scorer.tokens
@@ -144,7 +187,10 @@ class EchoScorer:
                 kv, last, ctx_lp, ctx_ids, ctx_top = self.context_positions(ctx)
                 pr = Prepared([""] * len(seqs), [OptionPlan(s[c:], 0) for s in seqs], kv, c,
                               torch.log_softmax(last, dim=-1))
-                tail_lps, tail_tops = self.scorer.packed(pr, TOP_LOGPROBS if top_k else 0)
+                tail_lps, tail_tops, after = self.scorer.packed(pr, TOP_LOGPROBS if top_k else 0, keep_next)
+                for i, row in zip(members, after):
+                    if row is not None:
+                        self.nexts.put(encoded[i][1], row.clone())
                 for i, tl, tt in zip(members, tail_lps, tail_tops):
                     lps[i] += [float(v) for v in ctx_lp[1:c]] + list(tl)
                     if top_k:

@@ -2,7 +2,8 @@
 
 Sampling decodes ``n`` samples side by side in one sequence after the prompt's cached key/values
 (:mod:`groundplan.llm.hf_kv`), each attending to the prompt and its own tokens, so the prompt is never
-copied per sample. Beams are :mod:`groundplan.llm.beam_search`'s diverse beam search on the same cache.
+copied per sample, nor at all where a cached entry leaves only a few of its tokens to run
+(:meth:`~groundplan.llm.hf_kv.KVContext.borrow`). Beams are :mod:`groundplan.llm.beam_search`'s diverse beam search on the same cache.
 A deterministic decode (a beam search; sampling with a seed) repeated after the same prompt with the same
 parameters is answered from memory (:class:`DecodeMemo`).
 """
@@ -18,6 +19,7 @@ import torch
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import Generation, GenerationParams
+from groundplan.llm.hf_echo import NextLogits
 from groundplan.llm.hf_kv import EnginePart
 from groundplan.llm.hf_stats import EngineStats
 from groundplan.llm.sampling import decode_samples, generator
@@ -26,8 +28,13 @@ from groundplan.llm.sampling import decode_samples, generator
 class Sampler(EnginePart):
     """``generate`` on the engine's key/value context.
 
-    Built with the engine's parts (:class:`~groundplan.llm.hf_kv.EnginePart`).
+    Built with the engine's parts (:class:`~groundplan.llm.hf_kv.EnginePart`) and the next-token logits the
+    echo scorer keeps (``nexts``), which a one-token generate after a scored text takes instead of a forward.
     """
+
+    def __init__(self, tokens: Any, kv: Any, stats: EngineStats, lock: threading.RLock, nexts: NextLogits) -> None:
+        super().__init__(tokens, kv, stats, lock)
+        self.nexts = nexts
 
     @torch.inference_mode()
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
@@ -47,7 +54,15 @@ class Sampler(EnginePart):
             raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
         gen = generator(params.seed)
         with self.lock:
-            kv, last = kvc.context(ctx)
+            if params.max_new_tokens == 1 and (kept := self.nexts.take(ctx)) is not None:
+                self.stats.kept_next_tokens += 1
+
+                def never(*_: Any) -> torch.Tensor:
+                    raise AssertionError("a one-token decode takes no second step")
+
+                return decode_samples(kept, ctx, params, gen, never,
+                                      lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos)
+            kv, last, _ = kvc.borrow(ctx, n * params.max_new_tokens)
             past_len = len(ctx)
             cache = kvc.new_cache(kv, past_len)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+#: most tokens :meth:`KVContext.borrow` runs after a cached entry into its headroom instead of caching them: an
+#: option or a few plan steps, which later calls run again (cheaply) rather than copy a whole prompt to keep
+BORROW_TOKENS = 64
 
 
 class _BufferLayer(DynamicLayer):
@@ -81,11 +84,15 @@ class KVContext:
         stats: the engine's counters (``forward_tokens``, ``logit_positions``).
         max_pack_tokens: headroom after a context for the tokens that follow it in one forward (option
             packs, samples); also the scorers' pack bound, read from here so it is set in one place.
+        lenders: other prefix caches whose entries :meth:`borrow` may run after (the echo scorer's, whose
+            entries hold the same key/values and more).
     """
 
-    def __init__(self, model: Any, cache: PrefixCache, stats: EngineStats, max_pack_tokens: int) -> None:
+    def __init__(self, model: Any, cache: PrefixCache, stats: EngineStats, max_pack_tokens: int,
+                 lenders: Sequence[PrefixCache] = ()) -> None:
         self.model = model
         self.cache = cache
+        self.lenders = [cache, *lenders]
         self.stats = stats
         self.max_pack_tokens = int(max_pack_tokens)
         self.device = model.get_input_embeddings().weight.device
@@ -160,6 +167,40 @@ class KVContext:
         self.stats.logit_positions += 1
         last = out.logits[0, -1].float()
         return self.finish(ctx, cache, last), last
+
+    def borrow(self, ctx: np.ndarray, room: int) -> tuple[KV, torch.Tensor, bool]:
+        """Key/values of ``ctx`` for forwards that are not kept (a generation's samples), and the raw logits of
+        the token after it: ``(kv, last, borrowed)``.
+
+        Where a cached entry (of this context's cache or a lender's) is ``ctx`` itself, or a prefix of it with
+        at most :data:`BORROW_TOKENS` more tokens and ``room`` positions still free in its headroom after
+        them, the rest of ``ctx`` runs into that headroom (``borrowed``): the headroom is every entry's
+        scratch space under the engine's lock, where option packs and samples go, so nothing is copied and
+        nothing is cached. Otherwise :meth:`context` (copy the longest cached prefix, run the rest, cache
+        ``ctx``). The key/values are the same either way: the same prefix columns, the same forward after
+        them. A client that scores ``prompt + option`` with ``echo`` and then samples after it (as
+        lm-evaluation-harness asks, one token) thereby copies no prompt."""
+        best, best_m = None, 0
+        for cache in self.lenders:
+            entry, m = cache.lookup(ctx, prefer_shortest=True)
+            if entry is not None and m == len(entry) and m > best_m:
+                best, best_m = entry, m
+        if best is not None and best.last_logits is not None:
+            extra = len(ctx) - best_m
+            free = best.kv[0][0].shape[-2] - best_m
+            if extra == 0:
+                return best.kv, best.last_logits, True
+            if extra <= BORROW_TOKENS and extra + room <= free:
+                new = torch.as_tensor(ctx[best_m:], device=self.device).unsqueeze(0)
+                positions = torch.arange(best_m, len(ctx), device=self.device).unsqueeze(0)
+                out = self.model(input_ids=new, position_ids=positions, past_key_values=self.new_cache(best.kv, best_m),
+                                 use_cache=True, logits_to_keep=1)
+                self.stats.forward_tokens += extra
+                self.stats.logit_positions += 1
+                self.stats.borrowed_contexts += 1
+                return best.kv, out.logits[0, -1].float(), True
+        kv, last = self.context(ctx)
+        return kv, last, False
 
     def packed_mask(self, seg_ids: np.ndarray, past_len: int, tail: int = 0) -> torch.Tensor:
         """[1, 1, Q, past+Q] mask: all cached columns, plus causal attention within one's own segment. With

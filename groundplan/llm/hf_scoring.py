@@ -52,7 +52,9 @@ class Prepared:
 
 class Pack(NamedTuple):
     """One pack's inputs: token ids, segment ids and positions per option, and for every scored token the
-    pack row whose logits predict it (``keep``), the token (``targets``) and the option it belongs to."""
+    pack row whose logits predict it (``keep``), the token (``targets``) and the option it belongs to; with
+    ``ends``, also the row of each option's last token (whose logits predict the token after the option),
+    in the chunk's order."""
 
     ids: list[np.ndarray]
     seg_ids: np.ndarray
@@ -60,6 +62,7 @@ class Pack(NamedTuple):
     keep: list[int]
     targets: list[int]
     owners: list[int]
+    ends: list[int] = []
 
 
 def option_score(option: str, lps: list[float]) -> OptionScore:
@@ -110,17 +113,23 @@ class PackedScorer(EnginePart):
         """Token log-probs of one request's options: packed after its context, one forward per chunk."""
         return self.packed(pr)[0]
 
-    def packed(self, pr: Prepared, top_k: int = 0) -> tuple[list[list[float]], list[list[Top]]]:
+    def packed(self, pr: Prepared, top_k: int = 0,
+               ends: bool = False) -> tuple[list[list[float]], list[list[Top]], list[torch.Tensor | None]]:
         """:meth:`score_packed`, and with ``top_k`` > 0 also the ``top_k`` most likely tokens (ids,
-        log-probs) at every scored position of every option."""
+        log-probs) at every scored position of every option; with ``ends``, also the raw logits of the token
+        after each option (computed in the same forward: one more row an option), else Nones."""
         plans = pr.plans
         token_lps: list[list[float]] = []
         tops: list[list[Top]] = [[] for _ in plans]
+        after: list[torch.Tensor | None] = [None] * len(plans)
         chunks = self.chunks(plans) or [[]]
         for n, chunk in enumerate(chunks):
-            pack = self.pack(pr, chunk)
+            pack = self.pack(pr, chunk, ends)
             tail = pr.pending if n == 0 else 0
-            lp = self.forward(pr, pack, tail) if (pack.keep or tail) else None
+            lp, end_logits = self.forward(pr, pack, tail) if (pack.keep or pack.ends or tail) else (None, None)
+            if end_logits is not None:
+                for i, row in zip(chunk, end_logits):
+                    after[i] = row
             if n == 0:  # the context's next-token log-probs exist now: every option's first token
                 token_lps = self.first_token_lps(pr)
                 if top_k:
@@ -139,12 +148,13 @@ class PackedScorer(EnginePart):
                 tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
                 for row, owner in enumerate(pack.owners):
                     tops[owner].append((ti[row], tv[row]))
-        return token_lps, tops
+        return token_lps, tops, after
 
     @staticmethod
-    def pack(pr: Prepared, chunk: list[int]) -> Pack:
-        """The inputs of the pack of options ``chunk`` after ``pr``'s context."""
-        ids, seg_ids, pos, keep, targets, owners = [], [], [], [], [], []
+    def pack(pr: Prepared, chunk: list[int], ends: bool = False) -> Pack:
+        """The inputs of the pack of options ``chunk`` after ``pr``'s context (with ``ends``, each option's
+        last row too)."""
+        ids, seg_ids, pos, keep, targets, owners, last_rows = [], [], [], [], [], [], []
         start = 0
         for i in chunk:
             seg, s0 = pr.plans[i].segment, pr.plans[i].scored_from
@@ -155,14 +165,17 @@ class PackedScorer(EnginePart):
                 keep.append(start + j - 1)
                 targets.append(seg[j])
                 owners.append(i)
+            if ends:
+                last_rows.append(start + len(seg) - 1)
             start += len(seg)
         seg_arr = np.concatenate(seg_ids) if seg_ids else np.zeros(0, dtype=np.int64)
-        return Pack(ids, seg_arr, pos, keep, targets, owners)
+        return Pack(ids, seg_arr, pos, keep, targets, owners, last_rows)
 
-    def forward(self, pr: Prepared, pack: Pack, tail: int) -> torch.Tensor | None:
+    def forward(self, pr: Prepared, pack: Pack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
-        ``pr.last``. Returns the log-probs at the pack's scored rows (None when it scores none)."""
+        ``pr.last``. Returns the log-probs at the pack's scored rows (None when it scores none) and the raw
+        logits at its ``ends`` rows (None when it has none)."""
         kvc = self.kv
         ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
         start = pr.past_len - tail
@@ -171,7 +184,7 @@ class PackedScorer(EnginePart):
             pos = [np.arange(start, pr.past_len), *pos]
             seg_arr = np.concatenate([np.full(tail, -1), seg_arr])
         rows = [tail - 1] if tail else []
-        rows += [tail + k for k in keep]
+        rows += [tail + k for k in keep] + [tail + k for k in pack.ends]
         cache = kvc.new_cache(pr.kv, start)
         out = kvc.model(
             input_ids=torch.as_tensor(np.concatenate(ids), device=kvc.device).unsqueeze(0),
@@ -189,7 +202,8 @@ class PackedScorer(EnginePart):
             pr.kv = kvc.finish(pr.ctx, cache, last)
             pr.last, pr.pending, pr.ctx = torch.log_softmax(last, dim=-1), 0, None
             logits = logits[1:]
-        return torch.log_softmax(logits, dim=-1) if keep else None
+        end_logits = logits[len(keep):] if pack.ends else None
+        return (torch.log_softmax(logits[:len(keep)], dim=-1) if keep else None), end_logits
 
     @torch.inference_mode()
     def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:

@@ -18,4 +18,6 @@ class EngineStats:
     prompt_logprob_texts: int = 0  # texts given per-token log-probs (prompt_logprobs)
     beam_memo_hits: int = 0  # of which answered from the beam memo
     sample_memo_hits: int = 0  # seeded generate calls answered from the sample memo
+    kept_next_tokens: int = 0  # one-token generate calls answered from an echo's kept next-token logits
+    borrowed_contexts: int = 0  # generate calls that ran after a cached entry in its headroom (no copy)
     splice_fallbacks: int = 0  # score calls whose spliced encoding differed from the joint one (encoded jointly)

@@ -147,8 +147,8 @@ class HandleBackend:
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         return await self._call(_HANDLES["scorer"], "score_request", prompt, options, retries=_RETRIES)
 
-    async def prompt_logprobs(self, prompts: list[Any], top_k: int) -> list[PromptLogprobs]:
-        return await self._call(_HANDLES["scorer"], "prompt_logprobs", prompts, top_k, retries=_RETRIES)
+    async def prompt_logprobs(self, prompts: list[Any], top_k: int, keep_next: bool = False) -> list[PromptLogprobs]:
+        return await self._call(_HANDLES["scorer"], "prompt_logprobs", prompts, top_k, keep_next, retries=_RETRIES)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await self._call(_HANDLES["scorer"], "count_tokens", texts, retries=_RETRIES)

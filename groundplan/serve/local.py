@@ -35,8 +35,9 @@ class LocalBackend:
     async def score(self, prompt: str, options: list[str]) -> dict[str, Any]:
         return await self.scorer.score_request(prompt, options)
 
-    async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int) -> list[PromptLogprobs]:
-        return await self.scorer.prompt_logprobs(prompts, top_k)
+    async def prompt_logprobs(self, prompts: list[str | list[int]], top_k: int,
+                              keep_next: bool = False) -> list[PromptLogprobs]:
+        return await self.scorer.prompt_logprobs(prompts, top_k, keep_next)
 
     async def count_tokens(self, texts: list[str]) -> list[int]:
         return await self.scorer.count_tokens(texts)

@@ -271,7 +271,9 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
         # (lm-evaluation-harness's local-completions sends echo with max_tokens 1 for every request it scores)
         echo = bool(req.echo and k is not None)
         need_heads = can_logprob and (echo or any(not isinstance(p, str) for p in prompts))
-        heads = await backend.prompt_logprobs(prompts, k if echo else 0) if need_heads else None
+        # with one token to sample, the engine keeps each text's next-token logits from this same forward
+        heads = (await backend.prompt_logprobs(prompts, k if echo else 0, keep_next=max_tokens == 1)
+                 if need_heads else None)
         texts = [h.text for h in heads] if heads else await _texts(backend, prompts)
         counts = [len(h.token_ids) for h in heads] if heads else await _counts(backend, prompts, can_logprob)
         prompt_tokens = sum(counts)
