@@ -5,7 +5,7 @@ The work: the recorded steps of ``bench_peers.py`` (real SayCan kitchen prompts 
 skills), each (prompt, option) pair one ``loglikelihood`` request, which the client sends as a
 ``/v1/completions`` call with ``echo``, ``logprobs`` and ``max_tokens: 1`` (its own payload; prompts as text,
 since llama.cpp's server takes no token-id prompts, so both sides tokenise as they serve). Client settings,
-each side timed over its own window, the sides alternating per setting:
+each side timed over its own window:
 
 - ``c1``: one request at a time (``num_concurrent=1``, ``batch_size=1``);
 - ``c8``: eight concurrent requests (``num_concurrent=8``);
@@ -17,12 +17,19 @@ prompt cache on. Both get the same CPU thread count (``--threads``). llama.cpp a
 tens of seconds on a small CPU, so it runs only the first ``--llamacpp-requests`` requests of each setting
 (the count is printed); a rate over fewer requests is still a rate.
 
-Reported per side and setting: requests/s over the window and p50/p99 seconds per HTTP call (timed inside the
-client's own call methods), and the largest log-likelihood difference between the sides on the requests
-both ran. Last line: ``result: gp_c1_rps=... gp_c8_rps=... gp_b51_rps=... llamacpp_c1_rps=... ...
-gp_c1_p99_s=... ratio_c1=... max_abs_diff=... threads=...``.
+The run has ``--rounds`` rounds, each with its own recorded steps (so no side meets a prompt an earlier round
+cached), the same requests for every side; within a round the sides alternate (groundplan's engine in this
+process, then each server, the order flipping each round). The in-process side is the step the HTTP targets
+are stated against: the same steps' 51 options in one ``score`` call each, same thread count.
 
-    python benchmarks/bench_http_peers.py [--steps 2] [--threads 2] [--llamacpp-requests 4] [--sides groundplan llamacpp]
+Reported per side and setting: requests/s (the median over the rounds, logged with its range) and the p99
+seconds per HTTP call (timed inside the client's own call methods), a step's seconds over HTTP against the
+in-process step (``gp_<setting>_vs_inprocess``: 51 / requests-per-second / the in-process step's median),
+and the largest log-likelihood difference between the sides on the requests both ran. Last line:
+``result: inprocess_step_s=... gp_c1_rps=... gp_c1_p99_s=... ... gp_b51_vs_inprocess=... ratio_c1=...
+max_abs_diff=... rounds=... threads=...``.
+
+    python benchmarks/bench_http_peers.py [--steps 2] [--rounds 3] [--threads 2] [--llamacpp-requests 4] [--sides groundplan llamacpp]
 """
 from __future__ import annotations
 
@@ -140,10 +147,28 @@ def run_window(lm: Any, pairs: Sequence[tuple[str, str]], times: CallTimes) -> t
     return time.perf_counter() - t0, list(times.seconds), [float(ll) for ll, _ in out]
 
 
+def inprocess_window(lm: Any, steps: Sequence[Any]) -> tuple[float, list[float]]:
+    """(window seconds, per-step seconds) of scoring ``steps`` with groundplan's engine in this process: each
+    step's 51 options in one ``score`` call, the in-process step the HTTP settings are measured against."""
+    per: list[float] = []
+    t0 = time.perf_counter()
+    for step in steps:
+        t = time.perf_counter()
+        lm.score(step.prompt, step.options)
+        per.append(time.perf_counter() - t)
+    return time.perf_counter() - t0, per
+
+
+def interval(xs: Sequence[float]) -> str:
+    """A per-round figure's median with its range over the rounds, as ``m [lo, hi]``."""
+    return f"{statistics.median(xs):.3f} [{min(xs):.3f}, {max(xs):.3f}]"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=2, help="recorded kitchen steps (51 requests each)")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads for each server")
+    ap.add_argument("--steps", type=int, default=2, help="recorded kitchen steps a round (51 requests each)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds; each has its own steps, the same for every side")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads for each server and the in-process engine")
     ap.add_argument("--llamacpp-requests", type=int, default=4, help="requests llama.cpp runs per setting")
     ap.add_argument("--sides", nargs="+", default=["groundplan", "llamacpp"], choices=["groundplan", "llamacpp"])
     ap.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -155,71 +180,102 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not path.exists():
         raise SystemExit(f"{path} is missing: run benchmarks/bench_peers.py once to record the steps")
     steps, _ = load_steps(path)
-    pairs = [(s.prompt, o) for s in steps[: args.steps] for o in s.options]
+    if len(steps) < args.steps * args.rounds:
+        raise SystemExit(f"{path} holds {len(steps)} steps; {args.rounds} rounds of {args.steps} need "
+                         f"{args.steps * args.rounds}: record more with bench_peers.py --record")
+    rounds = [steps[r * args.steps:(r + 1) * args.steps] for r in range(args.rounds)]
+
+    import torch
 
     from groundplan.factory import build_llm
     from groundplan.llm.loading import embedded_gguf
 
     model = "smollm2-135m-instruct"
+    torch.set_num_threads(args.threads)
+    engine = build_llm("hf", model)  # the in-process side, and the client's tokenizer: the served model's own
     tok_dir = tempfile.mkdtemp(prefix="bench_http_tok_")
-    build_llm("hf", model).tokenizer.save_pretrained(tok_dir)  # the client's tokenizer: the served model's own
+    engine.tokenizer.save_pretrained(tok_dir)
     times = CallTimes()
     times.install()
     logs = Path(tempfile.mkdtemp(prefix="bench_http_logs_"))
-    results: dict[str, dict[str, Any]] = {}
-    lls: dict[str, list[float]] = {}
+    servers: dict[str, tuple[subprocess.Popen, int]] = {}
     for side in args.sides:
-        port = free_port()
-        if side == "groundplan":
-            proc = start_groundplan(port, args.threads, logs / "groundplan.log")
-            work, name = pairs, model
-        else:
+        if side == "llamacpp":
             missing = [m for m in ("llama_cpp", "sse_starlette", "starlette_context", "pydantic_settings")
                        if importlib.util.find_spec(m) is None]
             if missing:
                 log.warning("llamacpp side skipped: %s missing (pip install 'llama-cpp-python[server]')", missing)
                 continue
-            proc = start_llamacpp(port, args.threads, str(embedded_gguf(model)), logs / "llamacpp.log")
-            work, name = pairs[: args.llamacpp_requests], model
-        try:
-            for setting in args.settings:
-                concurrent, batch = SETTINGS[setting]
-                lm = client(f"http://127.0.0.1:{port}/v1/completions", name, tok_dir, concurrent, batch)
-                try:
-                    run_window(lm, work[:1], times)  # warm: the first prompt's forward, outside the window
-                    window, calls, got = run_window(lm, work, times)
-                except Exception as exc:  # a server that refuses the setting (llama.cpp: a list of prompts)
-                    log.warning("%s %s failed: %s", side, setting, exc)
-                    results[f"{side}_{setting}"] = {"failed": True}
+        port = free_port()
+        start = start_groundplan if side == "groundplan" else (
+            lambda p, t, lp: start_llamacpp(p, t, str(embedded_gguf(model)), lp))
+        servers[side] = (start(port, args.threads, logs / f"{side}.log"), port)
+    rps: dict[str, list[float]] = {}
+    calls: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    lls: dict[str, list[float]] = {}
+    step_s: list[float] = []
+    try:
+        engine.score(rounds[0][0].prompt, rounds[0][0].options[:1])  # warm, as each client's first call is
+        for r, work_steps in enumerate(rounds):
+            pairs = [(s.prompt, o) for s in work_steps for o in s.options]
+            # the sides alternate within a round, the order flipping each round; every side gets these requests
+            order = ["inprocess", *servers] if r % 2 == 0 else [*reversed(list(servers)), "inprocess"]
+            for side in order:
+                if side == "inprocess":
+                    _, per = inprocess_window(engine, work_steps)
+                    step_s += per
                     continue
-                results[f"{side}_{setting}"] = {"n": len(work), "rps": len(work) / window, "window_s": window,
-                                                "p50_s": statistics.median(calls), "p99_s": percentile(calls, 99),
-                                                "calls": len(calls)}
-                lls.setdefault(side, got)
-                log.info("%s %s: %d requests in %.1f s (%.2f req/s), %d calls, p50 %.2f s, p99 %.2f s", side, setting,
-                         len(work), window, len(work) / window, len(calls), statistics.median(calls),
-                         percentile(calls, 99))
-        finally:
+                proc, port = servers[side]
+                work = pairs if side == "groundplan" else pairs[: args.llamacpp_requests]
+                for setting in args.settings:
+                    key = f"{side}_{setting}"
+                    if key in failed:
+                        continue
+                    concurrent, batch = SETTINGS[setting]
+                    lm = client(f"http://127.0.0.1:{port}/v1/completions", model, tok_dir, concurrent, batch)
+                    try:
+                        if r == 0:
+                            run_window(lm, work[:1], times)  # warm: the first prompt's forward, outside the window
+                        window, seconds, got = run_window(lm, work, times)
+                    except Exception as exc:  # a server that refuses the setting (llama.cpp: a list of prompts)
+                        log.warning("%s %s failed: %s", side, setting, exc)
+                        failed.add(key)
+                        continue
+                    rps.setdefault(key, []).append(len(work) / window)
+                    calls.setdefault(key, []).extend(seconds)
+                    lls.setdefault(side, []).extend(got)
+                    log.info("round %d %s %s: %d requests in %.1f s (%.2f req/s), %d calls, p50 %.2f s", r, side,
+                             setting, len(work), window, len(work) / window, len(seconds), statistics.median(seconds))
+    finally:
+        for proc, _ in servers.values():
             proc.terminate()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    fields: dict[str, Any] = {}
-    for key, r in results.items():
+    fields: dict[str, Any] = {"inprocess_step_s": f"{statistics.median(step_s):.3f}"}
+    for key in [*rps, *failed]:
         short = key.replace("groundplan", "gp")
-        fields[f"{short}_rps"] = "failed" if r.get("failed") else f"{r['rps']:.3f}"
-        fields[f"{short}_p99_s"] = "failed" if r.get("failed") else f"{r['p99_s']:.2f}"
+        if key in failed:
+            fields[f"{short}_rps"] = "failed"
+            continue
+        fields[f"{short}_rps"] = f"{statistics.median(rps[key]):.3f}"
+        fields[f"{short}_p99_s"] = f"{percentile(calls[key], 0.99):.2f}"
+        log.info("%s req/s over %d rounds: %s (median [min, max])", key, len(rps[key]), interval(rps[key]))
     for setting in args.settings:
-        gp, lc = results.get(f"groundplan_{setting}"), results.get(f"llamacpp_{setting}")
-        if gp and lc and not gp.get("failed") and not lc.get("failed"):
-            fields[f"ratio_{setting}"] = f"{gp['rps'] / lc['rps']:.1f}"
+        gp, lc = rps.get(f"groundplan_{setting}"), rps.get(f"llamacpp_{setting}")
+        if gp and lc:
+            fields[f"ratio_{setting}"] = f"{statistics.median(gp) / statistics.median(lc):.1f}"
+        if gp:  # seconds a step's 51 requests take over HTTP against the in-process step, per round
+            per_round = [51 / g / statistics.median(step_s) for g in gp]
+            fields[f"gp_{setting}_vs_inprocess"] = f"{statistics.median(per_round):.2f}"
+            log.info("groundplan %s: a step over HTTP / the in-process step: %s", setting, interval(per_round))
     if "groundplan" in lls and "llamacpp" in lls:
         common = min(len(lls["groundplan"]), len(lls["llamacpp"]))
         diff = max(abs(a - b) for a, b in zip(lls["groundplan"][:common], lls["llamacpp"][:common]))
         fields["max_abs_diff"] = f"{diff:.3f}"
-    fields["llamacpp_requests"] = args.llamacpp_requests
-    fields["threads"] = args.threads
+    fields.update(rounds=args.rounds, llamacpp_requests=args.llamacpp_requests, threads=args.threads)
     log.info("server logs in %s", logs)
     report(fields)
 

@@ -242,17 +242,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
                           highlight=False, soft_wrap=True)
         return 0
     if args.render:
-        from groundplan.evaluation import precision
-        from groundplan.evaluation.eai import published
+        from groundplan.evaluation.page_blocks import render_page
 
         for page in args.runs:
-            text = Path(page).read_text(encoding="utf-8")
-            kinds = [m for m in (outcomes, published, precision) if m.MARK.search(text)]
-            if not kinds:
-                raise InvalidInputError(f"{page} holds no block to render (<!-- outcomes: FILE -->, "
-                                        "<!-- published-table: FILE --> or <!-- precision: FILE -->)")
-            for kind in kinds:
-                kind.render_page(page)
+            render_page(page)
             console.print(f"rendered {page}", markup=False)
         return 0
     from groundplan.evaluation.tables import run_tables
@@ -595,8 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--markdown", action="store_true", help="the arguments are outcomes files: print each one's "
                       "table in Markdown (clustered 95%% intervals, Holm-adjusted paired tests)")
     mode.add_argument("--render", action="store_true", help="the arguments are Markdown pages: re-render every "
-                      "<!-- outcomes: FILE -->, <!-- published-table: FILE --> and <!-- precision: FILE --> block from "
-                      "its file")
+                      "<!-- outcomes: FILE -->, <!-- published-table: FILE -->, <!-- precision: FILE --> and "
+                      "<!-- pointnav: FILE --> block from its file")
     tb.add_argument("--names", default=None, metavar="NAME,NAME", help="--export: each run's name in the tables "
                     "(default: its config's name)")
     tb.add_argument("--pair", action="append", default=None, metavar="RUN:LABEL=RUN:LABEL", help="--export: also "

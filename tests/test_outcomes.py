@@ -119,9 +119,11 @@ def test_a_page_block_is_rendered_from_its_file(tmp_path):
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "models.md", *sorted((ROOT / "docs" / "results").glob("*.md"))],
                          ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_outcomes_table_in_the_results_pages_is_what_its_data_renders(page):
+def test_every_table_block_in_the_results_pages_is_what_its_data_renders(page):
+    from groundplan.evaluation.page_blocks import render_page
+
     text = page.read_text(encoding="utf-8")
-    assert outcomes.render_page(page, write=False) == text, f"re-render {page}: groundplan tables --render {page}"
+    assert render_page(page, write=False, required=False) == text, f"re-render {page}: groundplan tables --render {page}"
 
 
 def _nav_doc() -> dict:
@@ -158,3 +160,17 @@ def test_table_options_show_means_with_intervals_partial_measures_and_test_what_
     for bad, match in (("group=house", "group"), ("tests=nope", "tests: no measure nope"), ("measures", "key=value")):
         with pytest.raises(InvalidInputError, match=match):
             outcomes.render_markdown(doc, outcomes.TableSpec.parse(bad))
+
+
+def test_a_row_that_reads_a_tasks_truth_as_an_oracle_clusters_by_task():
+    """Two houses with one instruction and one logged "prompt": one question to a planner that reads only
+    those, two to an oracle that reads each house's target positions (a stand-in's reading does not split)."""
+    def trace(task: str, declared: list[dict]) -> EpisodeTrace:
+        return EpisodeTrace(episode_id=task, planner="Baseline", env="house", task_id=task, family="all",
+                            instruction="Find a mug.", seed=0, llm="m", prompt="done", oracles=declared)
+
+    oracle = [OracleDeclaration(name="targets", wording="target positions", reads=frozenset({Truth.GOAL})).to_dict()]
+    stand_in = [{**oracle[0], "stands_in": True}]
+    assert outcomes.cluster_key(trace("a", [])) == outcomes.cluster_key(trace("b", []))
+    assert outcomes.cluster_key(trace("a", stand_in)) == outcomes.cluster_key(trace("b", stand_in))
+    assert outcomes.cluster_key(trace("a", oracle)) != outcomes.cluster_key(trace("b", oracle))

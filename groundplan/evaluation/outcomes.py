@@ -52,14 +52,19 @@ MARK = re.compile(r"(?P<open><!-- outcomes: (?P<path>\S+)(?P<opts>(?: [a-z_]+=\S
 def cluster_key(trace: Any) -> str:
     """What the planner read before it acted, as a short hash: the episode's opening prompt (the instruction,
     and the first observation where the planner reads it; the trace's prompt less the steps the planner
-    appended to it), or the instruction when the trace has no prompt.
+    appended to it), or the instruction when the trace has no prompt; and, for a row that declares reading
+    a task's ground truth as an oracle (SayNav's baseline: the targets' positions), the task it read it of.
     Episodes alike in it are one question to the planner whatever their hidden state, so they are one
     cluster: the programs of one VirtualHome task name to Zero-Shot (its prompt is the name), the seeds of a
     task to a planner that reads the same first observation."""
+    from groundplan.core.truth import OracleDeclaration
+
     prompt, grown = trace.prompt, "".join(s.prompt_delta for s in trace.steps)
     if grown and prompt.endswith(grown):  # the prompt at the end holds the steps the planner appended
         prompt = prompt[: len(prompt) - len(grown)]
     text = normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
+    if any(OracleDeclaration.from_dict(d).is_oracle for d in getattr(trace, "oracles", None) or ()):
+        text += f"\x00task:{trace.task_id}"
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -338,12 +343,14 @@ def render_markdown(doc: dict[str, Any], spec: TableSpec | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def block(data: Path, m: re.Match) -> str:
+    """A marked block's table: :func:`render_markdown` of the file, drawn as the marker's options say."""
+    return render_markdown(load_outcomes(data), TableSpec.parse(m.group("opts"), f"{data.name}"))
+
+
 def render_page(page: str | Path, write: bool = True) -> str:
     """``page`` with every marked block re-rendered from the outcomes file it names (a path relative to the
     page's folder) with the marker's options; written back when ``write``. Returns the new text."""
     from groundplan.evaluation.page_blocks import render_blocks
 
-    def render(data: Path, m: re.Match) -> str:
-        return render_markdown(load_outcomes(data), TableSpec.parse(m.group("opts"), f"{page}: {m.group('path')}"))
-
-    return render_blocks(page, MARK, render, write)
+    return render_blocks(page, MARK, block, write)

@@ -15,24 +15,57 @@ from typing import Callable
 from groundplan.core.errors import InvalidInputError
 
 
-def render_blocks(page: str | Path, mark: re.Pattern[str], render: Callable[[Path, re.Match[str]], str],
-                  write: bool = True, required: bool = False) -> str:
-    """``page`` with every block ``mark`` matches (named groups ``open``, ``path``, ``close``) rewritten to
-    ``render(data file, match)`` between its markers; written back when ``write`` and changed. A missing data
-    file is an error, and so is a page with no block when ``required`` (a check of it would check nothing).
-    Returns the new text."""
-    page = Path(page)
-    text = page.read_text(encoding="utf-8")
+Render = Callable[[Path, re.Match[str]], str]
 
+
+def rewrite_blocks(text: str, page: Path, mark: re.Pattern[str], render: Render) -> tuple[str, int]:
+    """``text`` (of ``page``) with every block ``mark`` matches (named groups ``open``, ``path``, ``close``)
+    rewritten to ``render(data file, match)`` between its markers, and how many there were. A missing data
+    file is an error."""
     def block(m: re.Match[str]) -> str:
         data = page.parent / m.group("path")
         if not data.exists():
             raise InvalidInputError(f"{page}: the data file {m.group('path')} does not exist")
         return m.group("open") + render(data, m) + m.group("close")
 
-    new, blocks = mark.subn(block, text)
+    return mark.subn(block, text)
+
+
+def render_blocks(page: str | Path, mark: re.Pattern[str], render: Render, write: bool = True,
+                  required: bool = False) -> str:
+    """``page`` with its blocks of one kind re-rendered (:func:`rewrite_blocks`); written back when ``write``
+    and changed. A page with no block is an error when ``required`` (a check of it would check nothing).
+    Returns the new text."""
+    page = Path(page)
+    text = page.read_text(encoding="utf-8")
+    new, blocks = rewrite_blocks(text, page, mark, render)
     if required and not blocks:
         raise InvalidInputError(f"{page}: no block marked as {mark.pattern[:40]!r}...")
     if write and new != text:
         page.write_text(new, encoding="utf-8")
     return new
+
+
+def render_page(page: str | Path, write: bool = True, required: bool = True) -> str:
+    """``page`` with every block of every kind re-rendered: episode outcomes
+    (:mod:`~groundplan.evaluation.outcomes`), EAI's published figures (:mod:`~groundplan.evaluation.eai.published`),
+    the precision check (:mod:`~groundplan.evaluation.precision`) and the point-goal navigator
+    (:mod:`~groundplan.evaluation.saynav`), each module's ``MARK`` and ``block``; written back when ``write``
+    and changed. A page with no block is refused when ``required`` (rendering it would check nothing).
+    Returns the new text."""
+    from groundplan.evaluation import outcomes, precision, saynav
+    from groundplan.evaluation.eai import published
+
+    page = Path(page)
+    text = old = page.read_text(encoding="utf-8")
+    blocks = 0
+    for kind in (outcomes, published, precision, saynav):
+        text, found = rewrite_blocks(text, page, kind.MARK, kind.block)
+        blocks += found
+    if required and not blocks:
+        raise InvalidInputError(f"{page} holds no block to render (<!-- outcomes: FILE -->, <!-- published-table: "
+                                "FILE -->, <!-- precision: FILE --> or <!-- pointnav: FILE -->)")
+    if write and text != old:
+        page.write_text(text, encoding="utf-8")
+    return text
+

@@ -138,9 +138,13 @@ def render_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_page(page: str | Path, write: bool = True) -> str:
-    """Rewrite every ``<!-- precision: FILE -->`` block of ``page`` from its data file."""
+def block(data: Path, m: re.Match) -> str:
+    """A ``<!-- precision: FILE -->`` block's tables, from its data file."""
     import json
 
-    return render_blocks(page, MARK, lambda path, m: render_markdown(json.loads(path.read_text(encoding="utf-8"))),
-                         write=write)
+    return render_markdown(json.loads(data.read_text(encoding="utf-8")))
+
+
+def render_page(page: str | Path, write: bool = True) -> str:
+    """Rewrite every ``<!-- precision: FILE -->`` block of ``page`` from its data file."""
+    return render_blocks(page, MARK, block, write=write)

@@ -13,6 +13,9 @@ own n, and each paired comparison uses only the houses both planners ran. A row 
 """
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any, Iterable
 
 from groundplan.core.measures import navigation_rates
@@ -91,3 +94,37 @@ def report(traces: list[Any]) -> str:
     """The MultiON table, then each planner's paired comparison with the exploration baseline."""
     lines = paired_lines(traces)
     return markdown_table(multion_rows(traces)) + ("\n\n" + "\n".join(lines) if lines else "")
+
+
+#: a page's block of the learned point-goal navigator's table, rendered from the file the trainer wrote
+#: (``pointnav.json`` beside the model: its test report and each round's held-out scores)
+POINTNAV_MARK = re.compile(r"(?P<open><!-- pointnav: (?P<path>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /pointnav -->)", re.S)
+#: :func:`render_page`'s blocks, as the other renderers name theirs
+MARK = POINTNAV_MARK
+
+
+def pointnav_markdown(meta: dict[str, Any]) -> str:
+    """The point-goal navigators on the trainer's test episodes (SR with its Wilson interval, SPL with its
+    normal interval, actions an episode), then each DAgger round's held-out SR and SPL, the kept round
+    marked: what ``groundplan train`` of a pointnav config wrote in ``pointnav.json``."""
+    m = meta["metrics"]
+    n = int(m["test_n"])
+    rows = [("A* on the map (OrNav)", "astar"), ("shortest-path expert (the teacher)", "expert"),
+            (f"learned (RLlib {meta['algorithm'].upper()} + DAgger, round {meta['best_round']} of "
+             f"0-{meta['rounds'] - 1})", "test")]
+    out = [f"| navigator, {n} test episodes | SR (95% Wilson) | SPL (95% CI) | actions / episode |", "|---|---|---|---|"]
+    for label, key in rows:
+        out.append(f"| {label} | {100 * m[f'{key}_sr']:.1f}% [{100 * m[f'{key}_sr_lo']:.1f}, {100 * m[f'{key}_sr_hi']:.1f}] | "
+                   f"{m[f'{key}_spl']:.3f} [{m[f'{key}_spl_lo']:.3f}, {m[f'{key}_spl_hi']:.3f}] | {m[f'{key}_steps']:.1f} |")
+    if history := meta.get("history"):
+        out += ["", f"| round | rows | held-out SR ({int(history[0]['val_n'])} episodes) | held-out SPL |", "|---|---|---|---|"]
+        for h in history:
+            kept = " (kept)" if int(h["round"]) == meta["best_round"] else ""
+            name = "BC" if int(h["round"]) == 0 else f"DAgger {int(h['round'])}"
+            out.append(f"| {name}{kept} | {int(h['rows']):,} | {100 * h['val_sr']:.1f}% | {h['val_spl']:.3f} |")
+    return "\n".join(out) + "\n"
+
+
+def block(data: Path, m: re.Match) -> str:
+    """A ``<!-- pointnav: FILE -->`` block's tables, from the trainer's file."""
+    return pointnav_markdown(json.loads(data.read_text(encoding="utf-8")))

@@ -268,7 +268,12 @@ def render_page(page: str | Path, write: bool = True) -> str:
     text. A page with no block is an error: a test that checks such a page would pass with nothing checked."""
     from groundplan.evaluation.page_blocks import render_blocks
 
-    return render_blocks(page, MARK, lambda data, _: render_markdown(load_comparison(data)), write, required=True)
+    return render_blocks(page, MARK, block, write, required=True)
+
+
+def block(data: Path, m: re.Match) -> str:
+    """A marked block's table, from the comparison file it names."""
+    return render_markdown(load_comparison(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -314,7 +314,7 @@ def run_train_pointnav(cfg: PointNavTrainConfig, progress: bool = True, ray_addr
             final = {**report, **metrics, "train_s": time.perf_counter() - t0}
             meta = {"success_radius": cfg.success_radius, "algorithm": cfg.algorithm, "action": cfg.action, "rounds": cfg.dagger_rounds + 1,
                     "best_round": int(metrics["round"]), "features": "pointnav_features v2 (goal, 24 ranges to 5 m, prev action)",
-                    "metrics": final, "config": cfg.model_dump(mode="json")}
+                    "metrics": final, "history": history, "config": cfg.model_dump(mode="json")}
             (model_dir / META).write_text(json.dumps(meta, indent=1))
             mlflow.log_metrics({f"best.{k}": float(v) for k, v in final.items()})
             mlflow.log_artifacts(str(model_dir), artifact_path="model")
