@@ -83,6 +83,15 @@ def test_finish_cuts_at_the_stop_and_counts_the_tokens_before_it(tiny):
     eos = next(iter(sampler.tokens.eos))
     g = finish(tokens[:2] + [eos], [-1.0, -3.0, -7.0], "stop", [])
     assert (g.num_tokens, g.logprob_mean) == (2, -2.0)  # EOS is not the text's
+    assert g.tokens is None  # no per-token log-probs unless asked for
+    decode = lambda ids: tiny.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    tops = [(("x", -0.5),)] * len(tokens)
+    g = _finish(tokens, [-1.0] * len(tokens), "stop", ["me\n"], decode, eos_ids, tops)  # the stop inside a token
+    assert g.text == "go ho" and "".join(t.token for t in g.tokens) == g.text
+    assert [t.offset for t in g.tokens] == [len(decode(tokens[:j])) for j in range(len(g.tokens))]
+    assert g.tokens[0].top == (("x", -0.5),) and g.tokens[-1].token == " ho"  # " home" cut where the text is
+    g = _finish(tokens[:2] + [eos], [-1.0, -3.0, -7.0], "stop", [], decode, eos_ids, tops[:3])
+    assert [t.logprob for t in g.tokens] == [-1.0, -3.0]  # EOS has no piece of the text
 
 
 def test_sampling_rules_on_hand_made_distributions():

@@ -143,9 +143,9 @@ def test_sampling_goes_through_the_engine(client, lm):
 
 def test_lm_eval_style_requests_take_two_grouped_echo_calls_whatever_the_prompt_count(client, local_backend, monkeypatch):
     """lm-evaluation-harness's ``local-completions`` scores with token-id prompts, echo, logprobs 1 and
-    max_tokens 1: the prompts' log-probs come from one grouped call and the samples' from one more (a call
-    per text costs a forward pass each), and equal what the max_tokens 0 echo gives. The first call keeps each
-    text's next-token logits, so the one-token samples run no forward of their own."""
+    max_tokens 1: the prompts' log-probs come from one grouped call (a call per text costs a forward pass
+    each), and equal what the max_tokens 0 echo gives. That call keeps each text's next-token logits, so the
+    one-token samples run no forward of their own, and their log-probs come with them (no second call)."""
     _, backend = local_backend
     ids = [backend.lm.tokenizer(PROMPT + o).input_ids for o in OPTIONS]
     calls = []
@@ -158,7 +158,7 @@ def test_lm_eval_style_requests_take_two_grouped_echo_calls_whatever_the_prompt_
     monkeypatch.setattr(backend, "prompt_logprobs", counted)
     kept = backend.lm.stats.kept_next_tokens
     r = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0, echo=True, logprobs=1)
-    assert calls == [(len(OPTIONS), True), (len(OPTIONS), False)]
+    assert calls == [(len(OPTIONS), True)]
     assert backend.lm.stats.kept_next_tokens == kept + len(OPTIONS)
     plain = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True, logprobs=1)
     for got, want, toks in zip(r.choices, plain.choices, ids):

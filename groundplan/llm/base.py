@@ -28,12 +28,27 @@ class OptionScore:
 @dataclass(frozen=True)
 class Generation:
     """One sampled continuation; ``logprob_mean`` is the mean token log-prob under the model
-    (temperature 1), the P(â) of Zero-Shot Planners' translation score."""
+    (temperature 1), the P(â) of Zero-Shot Planners' translation score. ``tokens``: each sampled token of
+    ``text`` with its log-prob and most likely alternatives, when the call asked for them
+    (``GenerationParams.logprobs``) and the backend gives them (None otherwise)."""
 
     text: str
     logprob_mean: float
     num_tokens: int
     finish_reason: str  # "stop" (a stop string or EOS) or "length"
+    tokens: tuple["SampledToken", ...] | None = None
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    """A sampled token as the OpenAI API's ``logprobs`` reports it: its text (cut where the sample's text is
+    cut at a stop string), its offset in the sample's text, its log-prob under the model (temperature 1) and
+    the most likely tokens at its position, (text, log-prob) pairs."""
+
+    token: str
+    offset: int
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 ScoreRequest = tuple[str, Sequence[str]]
@@ -114,6 +129,7 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     repetition_penalty: float = 1.0
+    logprobs: int | None = None  # per-token log-probs of the samples with this many alternatives (None: none)
 
     def __post_init__(self) -> None:
         from groundplan.core.errors import InvalidInputError
@@ -125,6 +141,8 @@ class GenerationParams:
             raise InvalidInputError("generation needs temperature >= 0 and 0 < top_p <= 1")
         if not self.repetition_penalty > 0:
             raise InvalidInputError("generation needs repetition_penalty > 0 (1.0: none)")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise InvalidInputError("generation's logprobs is None or between 0 and 20")
 
 
 @runtime_checkable

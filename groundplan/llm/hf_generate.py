@@ -61,7 +61,8 @@ class Sampler(EnginePart):
                     raise AssertionError("a one-token decode takes no second step")
 
                 return decode_samples(kept, ctx, params, gen, never,
-                                      lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos)
+                                      lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos,
+                                      self.tokens.token_text)
             kv, last, _ = kvc.borrow(ctx, n * params.max_new_tokens)
             past_len = len(ctx)
             cache = kvc.new_cache(kv, past_len)
@@ -81,7 +82,8 @@ class Sampler(EnginePart):
                 return out.logits[0].float()
 
             return decode_samples(last, ctx, params, gen, advance,
-                                  lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos)
+                                  lambda ids: tokenizer.decode(ids, skip_special_tokens=True), self.tokens.eos,
+                                  self.tokens.token_text)
 
 
 class DecodeMemo:

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from groundplan.llm.base import Generation, GenerationParams
+from groundplan.llm.base import Generation, GenerationParams, SampledToken
 
 #: one decoding step: (each sample's chosen token, step index, the samples still running) -> [n, V] logits;
 #: rows of finished samples may be anything
@@ -56,9 +56,12 @@ def generator(seed: int | None) -> torch.Generator:
 
 
 def decode_samples(first: torch.Tensor, prompt_ids: np.ndarray, params: GenerationParams, gen: torch.Generator,
-                   advance: Advance, decode: Decode, eos: set[int] | frozenset[int]) -> list[Generation]:
+                   advance: Advance, decode: Decode, eos: set[int] | frozenset[int],
+                   token_text: Callable[[int], str] | None = None) -> list[Generation]:
     """``params.n`` samples from the prompt's next-token logits ``first`` ([V]), ``advance`` running each later
-    step; stops when every sample has met EOS or a stop string, or after ``max_new_tokens``."""
+    step; stops when every sample has met EOS or a stop string, or after ``max_new_tokens``. With
+    ``params.logprobs``, each sample's tokens carry their log-probs and the ``logprobs`` most likely tokens at
+    each step (named by ``token_text``, default ``decode`` of the one token)."""
     n = params.n
     next_logits = first.unsqueeze(0).expand(n, -1)
     next_lp = torch.log_softmax(next_logits, dim=-1)
@@ -68,6 +71,8 @@ def decode_samples(first: torch.Tensor, prompt_ids: np.ndarray, params: Generati
         seen[:, torch.as_tensor(np.unique(prompt_ids), device=seen.device)] = True
     tokens: list[list[int]] = [[] for _ in range(n)]
     lps: list[list[float]] = [[] for _ in range(n)]
+    tops: list[list[tuple[tuple[str, float], ...]]] | None = None if params.logprobs is None else [[] for _ in range(n)]
+    name = token_text or (lambda i: decode([i]))
     finished: list[str | None] = [None] * n
     for t in range(params.max_new_tokens):
         if seen is None:
@@ -76,10 +81,15 @@ def decode_samples(first: torch.Tensor, prompt_ids: np.ndarray, params: Generati
             penalised = repetition_penalty(next_logits, seen, params.repetition_penalty)
             chosen = sample(torch.log_softmax(penalised, dim=-1), params.temperature, params.top_p, gen)
             seen[torch.arange(n, device=seen.device), torch.as_tensor(chosen, device=seen.device)] = True
+        if tops is not None and params.logprobs:
+            tv, ti = next_lp.topk(params.logprobs, dim=-1)
+            tv, ti = tv.tolist(), ti.tolist()
         for j in range(n):
             if finished[j] is None:
                 tokens[j].append(chosen[j])
                 lps[j].append(float(next_lp[j, chosen[j]]))
+                if tops is not None:
+                    tops[j].append(tuple((name(i), v) for i, v in zip(ti[j], tv[j])) if params.logprobs else ())
                 if chosen[j] in eos or find_stop(decode(tokens[j]), params.stop) >= 0:
                     finished[j] = "stop"
         live = [j for j in range(n) if finished[j] is None]
@@ -87,13 +97,17 @@ def decode_samples(first: torch.Tensor, prompt_ids: np.ndarray, params: Generati
             break
         next_logits = advance(chosen, t, live)
         next_lp = torch.log_softmax(next_logits, dim=-1)
-    return [finish(tokens[j], lps[j], finished[j] or "length", params.stop, decode, eos) for j in range(n)]
+    return [finish(tokens[j], lps[j], finished[j] or "length", params.stop, decode, eos,
+                   None if tops is None else tops[j]) for j in range(n)]
 
 
 def finish(tokens: list[int], lps: list[float], reason: str, stop: Sequence[str], decode: Decode,
-           eos: set[int] | frozenset[int]) -> Generation:
+           eos: set[int] | frozenset[int], tops: list[tuple[tuple[str, float], ...]] | None = None) -> Generation:
     """A sample's text cut at its first stop string, its token count (the tokens wholly before the stop, as
-    OpenAI-style APIs count them; EOS not counted) and the mean log-prob of those tokens."""
+    OpenAI-style APIs count them; EOS not counted) and the mean log-prob of those tokens. With ``tops`` (the
+    alternatives at each step), also every token that covers the text, each with its piece of the text (the
+    last one cut where the text is), its offset, its log-prob and those alternatives, so the pieces join into
+    the text as the OpenAI API's ``logprobs.tokens`` do."""
     text = decode(tokens)
     cut = find_stop(text, stop)
     keep = len(tokens)
@@ -105,5 +119,15 @@ def finish(tokens: list[int], lps: list[float], reason: str, stop: Sequence[str]
         while keep < len(tokens) and len(decode(tokens[: keep + 1])) <= cut:
             keep += 1
     used = lps[:keep] if keep else lps[:1]
+    sampled = None
+    if tops is not None:
+        sampled, start = [], 0
+        for j in range(len(tokens) - (1 if tokens and tokens[-1] in eos else 0)):
+            if start >= len(text):
+                break
+            end = min(len(decode(tokens[: j + 1])), len(text))
+            sampled.append(SampledToken(text[start:end], start, lps[j], tops[j]))
+            start = end
+        sampled = tuple(sampled)
     return Generation(text=text, logprob_mean=float(np.mean(used)) if used else 0.0, num_tokens=keep,
-                      finish_reason=reason)
+                      finish_reason=reason, tokens=sampled)

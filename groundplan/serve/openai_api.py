@@ -265,7 +265,7 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         params = {"n": n, "temperature": 1.0 if req.temperature is None else req.temperature,
                   "top_p": 1.0 if req.top_p is None else req.top_p, "max_new_tokens": max_tokens, "stop": tuple(stops),
-                  "seed": req.seed, "repetition_penalty": req.repetition_penalty or 1.0}
+                  "seed": req.seed, "repetition_penalty": req.repetition_penalty or 1.0, "logprobs": k}
         # the prompts' own log-probs (echo) and the token-id prompts' texts come from one grouped call, and every
         # sample's log-probs from one more: calls of one text each would cost a forward pass per text
         # (lm-evaluation-harness's local-completions sends echo with max_tokens 1 for every request it scores)
@@ -278,18 +278,22 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
         counts = [len(h.token_ids) for h in heads] if heads else await _counts(backend, prompts, can_logprob)
         prompt_tokens = sum(counts)
         samples = await asyncio.gather(*(backend.generate(t, params) for t in texts))
-        tails = iter(await backend.prompt_logprobs([t + g["text"] for t, gens in zip(texts, samples) for g in gens], k)
-                     if k is not None else [])
+        # the samples' own log-probs come with them where the backend gives them (groundplan's engine does);
+        # else from one grouped call on prompt + sample
+        rescore = [t + g["text"] for t, gens in zip(texts, samples) for g in gens if g.get("tokens") is None]
+        tails = iter(await backend.prompt_logprobs(rescore, k) if k is not None and rescore else [])
         for i, (text, gens) in enumerate(zip(texts, samples)):
             for g in gens:
                 completion_tokens += int(g["num_tokens"])
                 lp = None
-                if k is not None:
+                if k is not None and g.get("tokens") is not None:
+                    lp = _sampled(g["tokens"], len(text), k)
+                elif k is not None:
                     tail = next(tails)
                     first = option_start(len(text), len(tail.text), tail.tokens, tail.offsets) if g["text"] else None
                     lp = _logprobs(tail, len(tail.tokens) if first is None else first, k)
-                    if echo:
-                        lp = _join(_logprobs(heads[i], 0, k), lp)  # type: ignore[index]
+                if lp is not None and echo:
+                    lp = _join(_logprobs(heads[i], 0, k), lp)  # type: ignore[index]
                 choices.append({"index": len(choices), "text": (text if req.echo else "") + g["text"], "logprobs": lp,
                                 "finish_reason": g["finish_reason"]})
     return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": served,
@@ -323,6 +327,14 @@ def _logprobs(pl: PromptLogprobs, first: int, k: int | None) -> dict[str, Any]:
             "token_logprobs": list(pl.logprobs[first:]),
             "top_logprobs": [None if j == 0 else dict(pl.top[j][:kk]) for j in range(first, len(pl.tokens))],
             "text_offset": list(pl.offsets[first:])}
+
+
+def _sampled(tokens: Sequence[dict[str, Any]], start: int, k: int) -> dict[str, Any]:
+    """The OpenAI ``logprobs`` object of a sample's tokens as the engine sampled them (offsets after the
+    prompt's ``start`` characters, as the re-scored form gives them)."""
+    return {"tokens": [t["token"] for t in tokens], "token_logprobs": [t["logprob"] for t in tokens],
+            "top_logprobs": [dict(tuple(p) for p in t["top"][:k]) for t in tokens],
+            "text_offset": [start + t["offset"] for t in tokens]}
 
 
 def _join(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
