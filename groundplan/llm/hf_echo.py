@@ -172,7 +172,7 @@ class EchoScorer:
         if not 0 <= int(top_k) <= TOP_LOGPROBS:
             raise InvalidInputError(f"top_k must be between 0 and {TOP_LOGPROBS}, got {top_k}")
         tokens = self.scorer.tokens
-        encoded = [tokens.prompt_tokens(p) for p in prompts]
+        encoded = tokens.prompts_tokens(prompts)
         lps: list[list[float | None]] = [[None] for _ in encoded]
         tops: list[list[tuple[tuple[str, float], ...]]] = [[()] for _ in encoded]
         groups: dict[bytes, list[int]] = {}
@@ -191,10 +191,12 @@ class EchoScorer:
                 for i, row in zip(members, after):
                     if row is not None:
                         self.nexts.put(encoded[i][1], row.clone())
+                shared_lp = [float(v) for v in ctx_lp[1:c]]  # the context's positions, once for all its texts
+                shared_top = [self.top(ctx_ids[j], ctx_top[j], top_k) for j in range(1, c)] if top_k else []
                 for i, tl, tt in zip(members, tail_lps, tail_tops):
-                    lps[i] += [float(v) for v in ctx_lp[1:c]] + list(tl)
+                    lps[i] += shared_lp + list(tl)
                     if top_k:
-                        tops[i] += [self.top(ctx_ids[j], ctx_top[j], top_k) for j in range(1, c)]
+                        tops[i] += shared_top
                         tops[i] += [self.top(ids_, vals, top_k) for ids_, vals in tt]
                     else:
                         tops[i] += [()] * (len(encoded[i][1]) - 1)
