@@ -80,7 +80,8 @@ def main() -> None:
           f"(episode loop alone: {pipe.stats['episodes_per_min']:.1f}/min, {args.workers} episode runners, 1 scorer, {ncpu} CPUs)")
     print(f"scorer:     {sc['requests']} score requests in {sc['batches']} batches, mean batch {sc['mean_batch_size']:.2f} "
           f"(max {sc['max_batch_size']}), {sc['options_per_s']:.0f} options/s of scorer time, "
-          f"generate calls {sc['generate_calls']}")
+          f"generate calls {sc['generate_calls']}, forward tokens {sc.get('forward_tokens')}, padded batches "
+          f"{sc.get('padded_batches')}")
     same = sum(a.execution_success for a in seq.traces) == sum(b.execution_success for b in pipe.traces)
     print(f"same execution successes in both runs: {same}")
     ratio = pipe_epm / seq_epm

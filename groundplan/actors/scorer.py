@@ -327,6 +327,7 @@ class LLMScorer:
         engine = getattr(self.lm, "stats", None)
         if engine is not None and hasattr(engine, "forward_tokens"):
             out["forward_tokens"] = engine.forward_tokens
+            out["padded_batches"] = engine.padded_batches
         cache = getattr(self.lm, "cache", None)
         if cache is not None and hasattr(cache, "stats"):
             try:

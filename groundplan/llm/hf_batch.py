@@ -128,17 +128,17 @@ class BatchScorer:
         if len(requests) < 2 or mode == "loop" or scorer.kv.head() is None:
             return [scorer.score(p, o) for p, o in requests]
         with scorer.lock:
-            prepared = [scorer.prepare(p, o) for p, o in requests]
-            trial = mode is None  # "auto" and not chosen yet: time this batch's option forwards
+            trial = mode is None  # "auto" and not chosen yet: time this batch, whole, in the layout on trial
             if trial:
                 mode = "padded" if len(self.trial_s["padded"]) <= len(self.trial_s["loop"]) else "loop"
             sync = torch.cuda.synchronize if scorer.kv.device.type == "cuda" else (lambda: None)
             sync()
             t0 = time.perf_counter()
-            token_lps: list[list[list[float]]] = [[] for _ in prepared]
-            if mode == "loop":
-                token_lps = [scorer.score_packed(pr) for pr in prepared]
+            if mode == "loop":  # what the chosen loop runs: each request alone, its context tail fused
+                out = [scorer.score(p, o) for p, o in requests]
             else:
+                prepared = [scorer.prepare(p, o) for p, o in requests]
+                token_lps: list[list[list[float]]] = [[] for _ in prepared]
                 fits = [r for r, pr in enumerate(prepared) if pr.pack_tokens <= scorer.kv.max_pack_tokens]
                 for r in range(len(prepared)):
                     if r not in fits:
@@ -147,12 +147,14 @@ class BatchScorer:
                     group = fits[g:g + self.max_batch_rows]
                     for r, lps in zip(group, self.score_padded([prepared[r] for r in group])):
                         token_lps[r] = lps
+                stats.score_calls += len(prepared)
+                stats.options_scored += sum(len(pr.options) for pr in prepared)
+                out = [[option_score(o, lps) for o, lps in zip(pr.options, row)] for pr, row in zip(prepared, token_lps)]
             sync()
-            if trial:
-                self.record_trial(mode, (time.perf_counter() - t0) / sum(pr.pack_tokens for pr in prepared))
-            stats.score_calls += len(prepared)
-            stats.options_scored += sum(len(pr.options) for pr in prepared)
-        return [[option_score(o, lps) for o, lps in zip(pr.options, row)] for pr, row in zip(prepared, token_lps)]
+            if trial:  # the whole batch, context forwards included, per scored option token: the same work either way
+                tokens = sum(s.num_tokens for r in out for s in r)
+                self.record_trial(mode, (time.perf_counter() - t0) / max(tokens, 1))
+        return out
 
     def record_trial(self, mode: str, seconds_per_token: float, trials: int = 3) -> None:
         """``batched_forward="auto"``: keep the layout with the lower median time per option token

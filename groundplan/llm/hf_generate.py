@@ -3,7 +3,8 @@
 Sampling decodes ``n`` samples side by side in one sequence after the prompt's cached key/values
 (:mod:`groundplan.llm.hf_kv`), each attending to the prompt and its own tokens, so the prompt is never
 copied per sample, nor at all where a cached entry leaves only a few of its tokens to run
-(:meth:`~groundplan.llm.hf_kv.KVContext.borrow`). Beams are :mod:`groundplan.llm.beam_search`'s diverse beam search on the same cache.
+(:meth:`~groundplan.llm.hf_kv.KVContext.borrow`). Beams are :mod:`groundplan.llm.beam_search`'s diverse beam
+search on the same cache.
 A deterministic decode (a beam search; sampling with a seed) repeated after the same prompt with the same
 parameters is answered from memory (:class:`DecodeMemo`).
 """

@@ -266,9 +266,9 @@ async def complete(req: CompletionRequest, prompts: list[str | list[int]], backe
         params = {"n": n, "temperature": 1.0 if req.temperature is None else req.temperature,
                   "top_p": 1.0 if req.top_p is None else req.top_p, "max_new_tokens": max_tokens, "stop": tuple(stops),
                   "seed": req.seed, "repetition_penalty": req.repetition_penalty or 1.0, "logprobs": k}
-        # the prompts' own log-probs (echo) and the token-id prompts' texts come from one grouped call, and every
-        # sample's log-probs from one more: calls of one text each would cost a forward pass per text
-        # (lm-evaluation-harness's local-completions sends echo with max_tokens 1 for every request it scores)
+        # the prompts' own log-probs (echo) and the token-id prompts' texts come from one grouped call (calls of
+        # one text each would cost a forward pass per text; lm-evaluation-harness's local-completions sends echo
+        # with max_tokens 1 for every request it scores)
         echo = bool(req.echo and k is not None)
         need_heads = can_logprob and (echo or any(not isinstance(p, str) for p in prompts))
         # with one token to sample, the engine keeps each text's next-token logits from this same forward
