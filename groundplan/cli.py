@@ -242,7 +242,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
                           highlight=False, soft_wrap=True)
         return 0
     if args.render:
-        from groundplan.evaluation.page_blocks import render_page
+        from groundplan.evaluation.pages import render_page
 
         for page in args.runs:
             render_page(page)

@@ -120,7 +120,7 @@ def test_a_page_block_is_rendered_from_its_file(tmp_path):
 @pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "models.md", *sorted((ROOT / "docs" / "results").glob("*.md"))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_table_block_in_the_results_pages_is_what_its_data_renders(page):
-    from groundplan.evaluation.page_blocks import render_page
+    from groundplan.evaluation.pages import render_page
 
     text = page.read_text(encoding="utf-8")
     assert render_page(page, write=False, required=False) == text, f"re-render {page}: groundplan tables --render {page}"

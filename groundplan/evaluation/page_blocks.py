@@ -45,27 +45,3 @@ def render_blocks(page: str | Path, mark: re.Pattern[str], render: Render, write
         page.write_text(new, encoding="utf-8")
     return new
 
-
-def render_page(page: str | Path, write: bool = True, required: bool = True) -> str:
-    """``page`` with every block of every kind re-rendered: episode outcomes
-    (:mod:`~groundplan.evaluation.outcomes`), EAI's published figures (:mod:`~groundplan.evaluation.eai.published`),
-    the precision check (:mod:`~groundplan.evaluation.precision`) and the point-goal navigator
-    (:mod:`~groundplan.evaluation.saynav`), each module's ``MARK`` and ``block``; written back when ``write``
-    and changed. A page with no block is refused when ``required`` (rendering it would check nothing).
-    Returns the new text."""
-    from groundplan.evaluation import outcomes, precision, saynav
-    from groundplan.evaluation.eai import published
-
-    page = Path(page)
-    text = old = page.read_text(encoding="utf-8")
-    blocks = 0
-    for kind in (outcomes, published, precision, saynav):
-        text, found = rewrite_blocks(text, page, kind.MARK, kind.block)
-        blocks += found
-    if required and not blocks:
-        raise InvalidInputError(f"{page} holds no block to render (<!-- outcomes: FILE -->, <!-- published-table: "
-                                "FILE -->, <!-- precision: FILE --> or <!-- pointnav: FILE -->)")
-    if write and text != old:
-        page.write_text(text, encoding="utf-8")
-    return text
-
