@@ -112,7 +112,11 @@ def test_sweep_traces_become_leaderboard_rows(tmp_path):
     names = {r.model for r in board.rows["official"]}
     assert len(names) == 16 and any(n.startswith("SayCan") for n in names)
     ours = next(n for n in names if n.startswith("SayCan"))
-    assert all(r["a"] == ours for r in board.paired["official"]) and len(board.paired["official"]) == 30
+    assert all(r["a"] == ours for r in board.paired["official"]) and len(board.paired["official"]) == 15
+    assert {r["measure"] for r in board.paired["official"]} == {"success"}  # no executability across loops
+    attempts = board.attempts[ours]
+    assert attempts["episodes"] == 2 and attempts["episodes_without_failed_attempts"] == 2  # the oracle: none
+    assert attempts["without_failed_lo"] < 1.0 == attempts["without_failed_hi"]
     text = run_tables([run])
     assert "EAI action sequencing, official semantics, 2 shared tasks" in text and "gpt-4o-2024-05-13" in text
     assert "rank" in text

@@ -8,8 +8,11 @@ included), a closed-loop episode from the program the robot executed (:func:`exe
 groundplan rows are present, every row is restricted to the tasks all of them ran (a fixed sample: the
 same tasks for every row), so each comparison is paired: the exact McNemar test on success, each
 groundplan row against every other row, Holm-adjusted over all the tests of one semantics (the family a
-reader scans). ``rank`` is where a groundplan row lands among the stored LLMs on those tasks: 1 + the
-number of stored rows with a strictly higher success rate.
+reader scans), and on executability between rows of one loop only: a closed-loop row is judged on the
+program it executed, its refused steps dropped, so its executability holds by construction; its own measure
+is the refused steps (failed attempts) per episode and the share of episodes with none. ``rank`` is where a
+groundplan row lands among the stored LLMs on those tasks: 1 + the number of stored rows with a strictly
+higher success rate.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
 from groundplan.core.errors import InvalidInputError
+from groundplan.core.stats import wilson_interval
 from groundplan.envs.virtualhome.eai.env import parse_skill
 from groundplan.envs.virtualhome.eai.tasks import load_tasks
 from groundplan.envs.virtualhome.simulator import package_root
@@ -171,7 +175,8 @@ def build(entries: list[Entry], semantics: Sequence[str] = ("official", "correct
                                        if e.kind == "stored"], sem)
         own = [aggregate(e.name, verdicts[s][e.name], sem) for e in ours]  # counts per row: nothing to carry
         board.rows[s] = sorted([*stored, *own], key=lambda r: -(r.successes / r.n if r.n else 0.0))
-        board.paired[s] = paired_tests(verdicts[s], [e.name for e in ours], [e.name for e in entries])
+        board.paired[s] = paired_tests(verdicts[s], [e.name for e in ours], [e.name for e in entries],
+                                       {e.name for e in entries if e.kind == "closed_loop"})
         rates = {r.model: (r.successes / r.n if r.n else 0.0) for r in board.rows[s]}
         stored_rates = [rates[e.name] for e in entries if e.kind == "stored"]
         board.ranks[s] = {e.name: 1 + sum(r > rates[e.name] for r in stored_rates) for e in ours}
@@ -180,17 +185,25 @@ def build(entries: list[Entry], semantics: Sequence[str] = ("official", "correct
             episodes = [t for t in e.answers.values() if t.task_id in shared]
             failed = [sum(1 for st in t.steps if not st.done and st.success is False) for t in episodes]
             wall = sum(t.wall_s for t in episodes)
+            clean = sum(f == 0 for f in failed)
+            lo, hi = wilson_interval(clean, len(failed)) if failed else (0.0, 1.0)
             board.attempts[e.name] = {"failed_attempts_mean": sum(failed) / len(failed) if failed else 0.0,
                                       "episodes_with_failed_attempts": sum(f > 0 for f in failed),
+                                      "episodes": len(failed), "episodes_without_failed_attempts": clean,
+                                      "without_failed_lo": lo, "without_failed_hi": hi,
                                       "episode_wall_s": round(wall, 1),
                                       "episodes_per_s": round(len(episodes) / wall, 4) if wall else None}
     return board
 
 
-def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str]) -> list[dict[str, Any]]:
+def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str],
+                 closed: set[str] = frozenset()) -> list[dict[str, Any]]:
     """Exact McNemar on success and on executability (tasks both rows score), each challenger against every
     other row (each pair once), Holm-adjusted over all of them: success says whether a row reaches more
-    goals, executability whether it makes fewer of EAI's errors (what grounding should remove)."""
+    goals, executability whether it makes fewer of EAI's errors. Executability is tested only between rows
+    of one loop: a ``closed`` (closed-loop) row is judged on the program it executed, its refused steps
+    dropped, so its executability cannot fail as an open-loop program's can; they are not one measure
+    (the refused steps are the closed-loop rows' own measure: :func:`build`'s ``attempts``)."""
     out = []
     done: set[frozenset[str]] = set()
     for a in challengers:
@@ -199,6 +212,8 @@ def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], nam
                 continue
             done.add(frozenset((a, b)))
             for measure in ("success", "executable"):
+                if measure == "executable" and (a in closed) != (b in closed):
+                    continue
                 c = paired_verdicts(verdicts.get(a, []), verdicts.get(b, []), measure)
                 if c is not None:
                     out.append({"a": a, "b": b, "measure": measure, "n_pairs": c["n_pairs"], "a_only": c["a_only"],
@@ -214,12 +229,15 @@ def render(board: Leaderboard, title: str = "EAI action sequencing") -> str:
     for s, rows in board.rows.items():
         parts.append(render_text(render_rows(rows, f"{title}, {s} semantics, {n} shared tasks")))
         lines = [f"groundplan rows, {s} semantics (rank among the {sum(e.kind == 'stored' for e in board.entries)} "
-                 "stored LLMs on these tasks; paired exact McNemar on success and executability, Holm over the "
+                 "stored LLMs on these tasks; paired exact McNemar on success, and on executability between rows "
+                 "of one loop only (a closed-loop row's executed program drops its refused steps), Holm over the "
                  f"{len(board.paired[s])} tests of this semantics):"]
         for name, rank in board.ranks[s].items():
             extra = board.attempts.get(name)
-            note = (f"; failed attempts per episode {extra['failed_attempts_mean']:.2f}, in "
-                    f"{extra['episodes_with_failed_attempts']} episode(s); {extra['episode_wall_s']} s of episodes "
+            note = (f"; refused steps (failed attempts) per episode {extra['failed_attempts_mean']:.2f}; episodes with "
+                    f"no refused step {extra['episodes_without_failed_attempts']}/{extra['episodes']} "
+                    f"({extra['without_failed_lo']:.0%}-{extra['without_failed_hi']:.0%}, 95% Wilson); "
+                    f"{extra['episode_wall_s']} s of episodes "
                     f"({extra['episodes_per_s']} episodes/s, one at a time)" if extra else "")
             lines.append(f"  {name}: rank {rank}{note}")
             for r in board.paired[s]:
