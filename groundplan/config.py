@@ -315,6 +315,14 @@ class EvalConfig(_Strict):
         "'plan_success' or the env's episode metrics (Zero-Shot Planners rank by executability + LCS, "
         "Sec. 3.5: `[executability, lcs]` on VirtualHome)",
     )
+    select_on: dict[str, Any] | None = Field(
+        None,
+        description="env options of the tasks each planner grid is chosen on (e.g. `{split: validation}`, merged "
+        "into `env.options`): every variant runs there first (its own run folder, `<name>-selection`), then only "
+        "each grid's best variant by `select_by` runs on the config's own tasks. None: the variants are chosen on "
+        "the config's own tasks, as Zero-Shot Planners did on theirs (a table that calls its tasks held out needs "
+        "this set)",
+    )
 
     @field_validator("planners", "seeds", "select_by")
     @classmethod
@@ -335,6 +343,12 @@ class EvalConfig(_Strict):
         check_llm_needs(self.llm, self.planners)
         from groundplan.envs import ENVS
 
+        if self.select_on is not None:
+            if not self.grids:
+                raise ValueError("select_on chooses among a planner grid's variants: give a planner a `grid`, or drop it")
+            if {**self.env.options, **self.select_on} == self.env.options:
+                raise ValueError(f"select_on {self.select_on} changes no env option: the variants would be chosen on "
+                                 "the very tasks they are then measured on")
         available = ["execution_success", "plan_success", *ENVS.get(self.env.name).capabilities.measures]
         unknown = [m for m in self.select_by if m not in available]
         if unknown:

@@ -105,3 +105,27 @@ def test_method_rows_put_each_grid_at_its_best_variant():
     out = method_rows(rows, labels, {"V": rows[1]})
     assert [(r.planner, r.metrics["lcs"]) for r in out] == [("V", 0.3), ("SayCan", 0.2)]
     assert rows[1].planner == "V [t=2]"  # the summary's own rows are not renamed
+
+
+def test_a_grid_chosen_on_other_tasks_runs_only_its_best_variant_on_its_own(tmp_path):
+    """``select_on``: every variant runs on the train tasks first (a run folder of its own), then only the
+    best one, beside the planners outside the grid, on the config's test tasks; the record says where."""
+    grid = [{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "grid": {"use_affordance": [False, True]}},
+            {"name": "saycan_novf", "label": "No-VF"}]
+    cfg = _cfg(tmp_path, env={"name": "kitchen", "options": {"split": "test"}}, planners=grid,
+               select_by=["execution_success"], select_on={"split": "train"})
+    result = run_sweep(cfg, lm=FakeLM(), progress=False)
+    chosen = read_traces(tmp_path / "t-selection" / "traces.jsonl")
+    overall = {r.planner: r.execution_success for r in summarize(chosen) if r.family == "all"}
+    best = max(cfg.grids["SayCan"], key=lambda v: overall[v])
+    train_ids = {t.task_id for t in make_env(cfg.env.model_copy(update={"options": {"split": "train"}})).tasks()}
+    assert {t.task_id for t in chosen} <= train_ids and set(overall) == set(cfg.grids["SayCan"])  # the grid alone
+    assert {t.planner for t in result.traces} == {best, "No-VF"}  # the other variant never meets a test task
+    assert not {t.task_id for t in result.traces} & train_ids
+    saved = json.loads((cfg.run_dir / "grid_selection.json").read_text())
+    assert saved["selected_on"] == {"split": "train"} and saved["best"] == {"SayCan": best}
+    assert saved["selection_run"].endswith("t-selection")
+    with pytest.raises(ValueError, match="select_on chooses among a planner grid"):
+        _cfg(tmp_path, select_on={"split": "train"})
+    with pytest.raises(ValueError, match="changes no env option"):
+        _cfg(tmp_path, env={"name": "kitchen", "options": {"split": "test"}}, planners=grid, select_on={"split": "test"})

@@ -78,6 +78,19 @@ def test_the_train_split_is_the_demonstration_programs_and_collects_by_their_scr
     assert all(t.success and t.actions[:-1] == by_id[t.task_id].reference_plan for t in trajs)
 
 
+def test_the_validation_split_holds_out_train_names_and_leaves_them_out_of_the_demonstrations(env):
+    """``split: validation`` (where a planner grid is chosen): programs of a share of the train task names,
+    none a test name, none left among the demonstrations a dynamic example is drawn from."""
+    val = VirtualHomeEnv(split="validation")
+    names = {t.instruction for t in val.tasks()}
+    train_names = {d.name for d in env.demonstrations()}
+    assert names and names <= train_names and not names & {t.instruction for t in env.tasks()}
+    assert not names & {d.name for d in val.demonstrations()}
+    assert {d.name for d in val.demonstrations()} | names == train_names
+    assert len(names) == max(1, round(0.2 * len(train_names)))
+    assert {t.instruction for t in VirtualHomeEnv(split="validation", validation_fraction=0.5).tasks()} > names
+
+
 def test_action_space_two_way_mapping_is_exact():
     space = scene_action_space()
     assert 30_000 < len(space) < 60_000

@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from groundplan.envs.virtualhome.simulator import dataset_root, package_root
 
@@ -110,3 +110,12 @@ def split_programs(
             train.extend(sorted(ranked[k:], key=lambda p: _pid_key(p.program_id)))
         return train, test
     raise ValueError(f"unknown split mode {mode!r}; valid: category, program")
+
+
+def validation_names(train: Sequence[Program], fraction: float) -> set[str]:
+    """The task names of ``train`` held out as validation tasks: ranked by the SHA-1 of ``"validation:" +
+    name`` (a ranking of its own, so the held-out names do not follow the test split's), the first
+    ``round(fraction × names)``, at least one. Hyperparameters and variants are chosen on these, never on
+    test programs; their programs leave the demonstrations while they are the tasks."""
+    names = sorted({p.name for p in train}, key=lambda n: rank_key("validation:" + n))
+    return set(names[: max(1, round(fraction * len(names)))])

@@ -67,12 +67,16 @@ class VirtualHomeConfig(BaseModel):
         "whole task categories (no demonstration shares a test task's name, like the paper's held-out tasks); "
         "'program' holds out programs within every category.",
     )
-    split: Literal["train", "test"] = Field(
+    split: Literal["train", "validation", "test"] = Field(
         "test",
         description="Which programs are the env's tasks: 'test' (default, the held-out programs planners are "
-        "evaluated on) or 'train' (the demonstration programs, e.g. to collect them for fine-tuning the planning "
-        "LM, Table 1's fine-tuned row). Train tasks keep the programs whose goal holds from the start.",
+        "evaluated on), 'train' (the demonstration programs, e.g. to collect them for fine-tuning the planning "
+        "LM, Table 1's fine-tuned row; they keep the programs whose goal holds from the start) or 'validation' "
+        "(the programs of `validation_fraction` of the train task names, which then leave the demonstrations: "
+        "where a planner grid is chosen, never on test programs).",
     )
+    validation_fraction: float = Field(0.2, gt=0, lt=1, description="Share of the train task names that are "
+                                       "the validation tasks (split: validation), ranked by SHA-1.")
     test_fraction: float = Field(0.3, gt=0, lt=1, description="Fraction of categories (or programs) held out for test.")
     goal_match: Literal["class", "id"] = Field(
         "class",
@@ -178,6 +182,9 @@ class VirtualHomeEnv(Env):
         self.config = validate_options(VirtualHomeConfig, options, "virtualhome env options")
         self.done_skill = self.config.done_skill
         train, test = dataset.split_programs(self.config.split_by, self.config.test_fraction)
+        if self.config.split == "validation":  # validation names leave the demonstrations while they are the tasks
+            names = dataset.validation_names(train, self.config.validation_fraction)
+            train, test = [p for p in train if p.name not in names], [p for p in train if p.name in names]
         self._train, self._test = train, test
         by_name: dict[str, list[dataset.Program]] = collections.defaultdict(list)
         for p in dataset.load_programs():

@@ -238,7 +238,14 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     also fails it before it starts (:func:`~groundplan.config.probe_llm_needs`), unless ``lm`` or
     ``lm_factory`` replaces ``cfg.llm``. ``lineage_check=False`` is for sweeps that gather training data on
     train tasks and measure nothing (``groundplan improve``'s rollouts): there the tasks are meant to be the
-    model's own."""
+    model's own. With ``cfg.select_on``, each planner grid is chosen on those tasks first
+    (:mod:`~groundplan.pipelines.evaluate.selection`) and the result is the chosen variants' sweep."""
+    from groundplan.pipelines.evaluate.selection import needs_selection, run_selected
+
+    if needs_selection(cfg):
+        return run_selected(cfg, lambda c: run_sweep(c, lm=lm, lm_factory=lm_factory, progress=progress, resume=resume,
+                                                     tracking_uri=tracking_uri, on_episode=on_episode,
+                                                     lineage_check=lineage_check))
     specs = check_config(cfg)  # fails before any model loads or actor starts
     from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
 
