@@ -206,7 +206,7 @@ def test_generative_projects_generated_text_to_the_nearest_skill() -> None:
     assert all(c.affordance is None and c.combined == c.llm for c in decision.candidates)
     assert lm.generate_calls[0] | {"prompt": None} == {
         "prompt": None, "n": 1, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 16, "stop": (",", "\n"), "seed": None,
-        "repetition_penalty": 1.0,
+        "repetition_penalty": 1.0, "logprobs": None,
     }
     # second step: skill embeddings come from the cache, only the generated text is embedded
     assert planner.next_step(OBS, None).skill == "bring it to you"
