@@ -366,8 +366,9 @@ class EvalConfig(_Strict):
         return out
 
     def hash(self) -> str:
-        """Short stable hash of everything that changes results (not the output folder or the runtime)."""
-        d = self.model_dump(exclude={"output_dir", "runtime"})
+        """Short stable hash of everything that changes results (not the output folder or the runtime; nor
+        ``select_on`` when unset, so the configs made before it existed keep their hashes and runs)."""
+        d = self.model_dump(exclude={"output_dir", "runtime", *(() if self.select_on is not None else ("select_on",))})
         return stable_hash(d, 12)
 
     @property

@@ -63,7 +63,7 @@ def cluster_key(trace: Any) -> str:
     if grown and prompt.endswith(grown):  # the prompt at the end holds the steps the planner appended
         prompt = prompt[: len(prompt) - len(grown)]
     text = normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
-    if any(OracleDeclaration.from_dict(d).is_oracle for d in getattr(trace, "oracles", None) or ()):
+    if any(OracleDeclaration.from_dict(d).is_oracle for d in trace.oracles or ()):
         text += f"\x00task:{trace.task_id}"
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 

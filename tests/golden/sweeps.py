@@ -28,6 +28,7 @@ SWEEPS: dict[str, dict[str, Any]] = {
     },
     "zeroshot_virtualhome": {
         "tasks": {"ids": ["26_1", "158_1"]}, "seeds": [0], "max_steps": 4,
+        "select_on": None,  # fixed planners replace the grids: nothing to choose on validation tasks
         "planners": [
             {"name": "zeroshot_vanilla", "label": "Vanilla", "options": {"num_samples": 4, "temperature": 0.3}},
             {"name": "zeroshot", "label": "Translated", "options": {"num_samples": 4, "temperature": 0.3, "epsilon": 0.4}},
