@@ -59,6 +59,16 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
         outcomes.export_outcomes([a, b], pairs=["frozen:Nope=ft:Translated"])
     crossed = outcomes.render_markdown(outcomes.export_outcomes([a, b], pairs=["frozen:Translated=ft:Translated"]))
     assert crossed.count("| Translated (frozen) | Translated (ft) | execution_success |") == 4
+    for folder in (a, b):  # a grid variant's label holds "=": the pair splits where a run's name follows
+        traces = read_traces(folder / "traces.jsonl")
+        for t in traces:
+            t.planner = "T [epsilon=0.4]"
+        (folder / "traces.jsonl").unlink()
+        write_traces(folder / "traces.jsonl", traces)
+    pair = outcomes.export_outcomes([a, b], pairs=["frozen:T [epsilon=0.4]=ft:T [epsilon=0.4]"])["pairs"]
+    assert pair == [{"a": ["T [epsilon=0.4]", "frozen"], "b": ["T [epsilon=0.4]", "ft"]}]
+    with pytest.raises(InvalidInputError, match="a pair is RUN:LABEL=RUN:LABEL"):
+        outcomes.export_outcomes([a, b], pairs=["frozen:Translated"])
     with pytest.raises(InvalidInputError, match="format"):
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps({"format": 99}))

@@ -1,6 +1,7 @@
 """The model-scale Zero-Shot config runs held-out programs that the published grid did not select on:
 its task ids are VirtualHome test programs, one per held-out instruction, none the first program of its
-category (the first ones are the tasks ``configs/zeroshot_virtualhome.yaml`` searched its grid on)."""
+category (the first ones are the tasks ``configs/zeroshot_virtualhome.yaml`` reports; its grid was once
+searched on them, and is now searched on validation tasks)."""
 from __future__ import annotations
 
 import collections

@@ -102,8 +102,11 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
             if (note := marks.footnote(t.planner)) is not None:  # what the row read of the simulator's truth
                 footnotes[t.planner] = {"mark": marks.mark(t.planner), "note": note}
     extra = []
+    run_names = {r["name"] for r in runs}
     for item in pairs:
-        sides = [side.partition(":") for side in item.split("=")]
+        # split at the "=" that a run's name and ":" follow (planner labels may hold "=": "T [epsilon=0.4]")
+        cuts = [i for i in range(len(item)) if item[i] == "=" and any(item.startswith(f"{n}:", i + 1) for n in run_names)]
+        sides = [item[:cuts[0]].partition(":"), item[cuts[0] + 1:].partition(":")] if len(cuts) == 1 else []
         if len(sides) != 2 or not all(sep and r and p for r, sep, p in sides):
             raise InvalidInputError(f"a pair is RUN:LABEL=RUN:LABEL, got {item!r}")
         for r, _, p in sides:
