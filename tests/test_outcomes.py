@@ -60,7 +60,7 @@ def test_export_and_render_pair_the_twins_with_clustered_intervals(tmp_path):
     crossed = outcomes.render_markdown(outcomes.export_outcomes([a, b], pairs=["frozen:Translated=ft:Translated"]))
     assert crossed.count("| Translated (frozen) | Translated (ft) | execution_success |") == 4
     for folder in (a, b):  # a grid variant's label holds "=": the pair splits where a run's name follows
-        traces = read_traces(folder / "traces.jsonl")
+        traces = list(read_traces(folder / "traces.jsonl"))
         for t in traces:
             t.planner = "T [epsilon=0.4]"
         (folder / "traces.jsonl").unlink()
