@@ -9,15 +9,12 @@ on its own tasks; ``grid_selection.json`` of the final run says where they were 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.paths import atomic_write_text
 from groundplan.evaluation.summary import SummaryRow
-
-if TYPE_CHECKING:
-    from groundplan.pipelines.evaluate.sweep import EvalResult
 
 
 def needs_selection(cfg: EvalConfig) -> bool:
@@ -43,9 +40,10 @@ def chosen_config(cfg: EvalConfig, best: dict[str, SummaryRow]) -> EvalConfig:
     return cfg.model_copy(update={"planners": [p for p in cfg.planners if p.group is None or p.display in chosen]})
 
 
-def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig], "EvalResult"]) -> "EvalResult":
-    """``run`` (a sweep) on the selection tasks, then on ``cfg``'s own tasks with the chosen variants; returns the
-    final sweep's result, whose ``grid_selection.json`` names the selection run and what it chose."""
+def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig], Any]) -> Any:
+    """``run`` (a sweep, returning its ``EvalResult``) on the selection tasks, then on ``cfg``'s own tasks with the
+    chosen variants; returns the final sweep's result, whose ``grid_selection.json`` names the selection run and
+    what it chose."""
     selected = run(selection_config(cfg))
     best = selected.best
     final = run(chosen_config(cfg, best))
