@@ -173,19 +173,16 @@ def prompt_logprobs_batch(lm: Any, requests: Sequence[tuple[list[Any], int, bool
     context and are packed together. Should the joint call fail (one caller's bad token ids), each request
     runs alone, so a caller only ever gets its own error: each result is a list of :class:`PromptLogprobs`
     or the exception to raise for that caller."""
-    def call(prompts: list[Any], k: int, keep_next: bool) -> list[Any]:
-        return lm.prompt_logprobs(prompts, k, keep_next=True) if keep_next else lm.prompt_logprobs(prompts, k)
-
     flat = [p for prompts, _, _ in requests for p in prompts]
     try:
-        results = call(flat, max(k for _, k, _ in requests), any(kn for _, _, kn in requests))
+        results = lm.prompt_logprobs(flat, max(k for _, k, _ in requests), keep_next=any(kn for _, _, kn in requests))
     except Exception as exc:
         if len(requests) == 1:
             return [exc]
         out: list[Any] = []
         for prompts, k, kn in requests:
             try:
-                out.append(call(prompts, k, kn))
+                out.append(lm.prompt_logprobs(prompts, k, keep_next=kn))
             except Exception as one:
                 out.append(one)
         return out

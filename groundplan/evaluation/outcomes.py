@@ -206,19 +206,23 @@ def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
     return names, binary, present
 
 
-def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
-    by_cluster: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+def _by_cluster(episodes: list[dict[str, Any]], measure: str) -> dict[str, list[float]]:
+    """The measure's values, by cluster, of the episodes that have it."""
+    by_cluster: dict[str, list[float]] = defaultdict(list)
     for e in episodes:
         if measure in e:
-            c = by_cluster[e["cluster"]]
-            c[0] += int(e[measure] == 1.0)
-            c[1] += 1
+            by_cluster[e["cluster"]].append(float(e[measure]))
+    return by_cluster
+
+
+def _rate(episodes: list[dict[str, Any]], measure: str) -> str:
     from groundplan.evaluation.summary import format_rate
 
-    k, n = sum(y for y, _ in by_cluster.values()), sum(m for _, m in by_cluster.values())
+    clusters = [(sum(v == 1.0 for v in vs), len(vs)) for vs in _by_cluster(episodes, measure).values()]
+    k, n = sum(y for y, _ in clusters), sum(m for _, m in clusters)
     if not n:
         return "-"
-    _, lo, hi = clustered_wilson([tuple(v) for v in by_cluster.values()])
+    _, lo, hi = clustered_wilson(clusters)
     return f"{format_rate(k, n, lo, hi)} ({k}/{n})"
 
 
@@ -231,10 +235,7 @@ def _digits(x: float) -> int:
 def _mean(episodes: list[dict[str, Any]], measure: str) -> str:
     """The measure's mean over the episodes that have it, with its cluster-robust 95% interval
     (:func:`~groundplan.core.stats.clustered_mean_interval`), and their n where some episodes lack it."""
-    by_cluster: dict[str, list[float]] = defaultdict(list)
-    for e in episodes:
-        if measure in e:
-            by_cluster[e["cluster"]].append(float(e[measure]))
+    by_cluster = _by_cluster(episodes, measure)
     n = sum(len(v) for v in by_cluster.values())
     if not n:
         return "-"

@@ -97,10 +97,8 @@ def report(traces: list[Any]) -> str:
 
 
 #: a page's block of the learned point-goal navigator's table, rendered from the file the trainer wrote
-#: (``pointnav.json`` beside the model: its test report and each round's held-out scores)
-POINTNAV_MARK = re.compile(r"(?P<open><!-- pointnav: (?P<path>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /pointnav -->)", re.S)
-#: :func:`render_page`'s blocks, as the other renderers name theirs
-MARK = POINTNAV_MARK
+#: (``pointnav.json`` beside the model: its test report and each round's held-out scores) by :func:`block`
+MARK = re.compile(r"(?P<open><!-- pointnav: (?P<path>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /pointnav -->)", re.S)
 
 
 def pointnav_markdown(meta: dict[str, Any]) -> str:

@@ -69,22 +69,21 @@ class NextLogits:
         self.lock = threading.Lock()
 
     def put(self, ids: np.ndarray, logits: torch.Tensor) -> None:
-        key, size = np.asarray(ids, dtype=np.int64).tobytes(), logits.numel() * logits.element_size()
+        key = np.asarray(ids, dtype=np.int64).tobytes()
         with self.lock:
             if (old := self.entries.pop(key, None)) is not None:
-                self.nbytes -= old.numel() * old.element_size()
+                self.nbytes -= old.nbytes
             self.entries[key] = logits
-            self.nbytes += size
+            self.nbytes += logits.nbytes
             while self.nbytes > self.max_bytes and self.entries:
-                _, gone = self.entries.popitem(last=False)
-                self.nbytes -= gone.numel() * gone.element_size()
+                self.nbytes -= self.entries.popitem(last=False)[1].nbytes
 
     def take(self, ids: np.ndarray) -> torch.Tensor | None:
         """The logits after ``ids``, removed (one generate uses them), or None."""
         with self.lock:
             logits = self.entries.pop(np.asarray(ids, dtype=np.int64).tobytes(), None)
             if logits is not None:
-                self.nbytes -= logits.numel() * logits.element_size()
+                self.nbytes -= logits.nbytes
             return logits
 
 
