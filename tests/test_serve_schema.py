@@ -3,8 +3,10 @@ malformed, gets a 5xx, and every response matches the OpenAPI schema (status cod
 headers and body, the 4xx error bodies included).
 
 Each route gets three kinds of requests, all seeded (Hypothesis ``derandomize``), in process (the ASGI app
-called directly, no socket) over the same ``local_app`` that ``groundplan serve --local`` runs, with
-a fake model (:class:`FuzzLM`) so an example costs milliseconds:
+called directly, no socket) over the same ``local_app`` that ``groundplan serve --local`` runs, serving two
+envs (:data:`ENVS`: the kitchen and Hanoi). The CI run serves a fake model (:class:`FuzzLM`), so an example
+costs milliseconds; the slow run serves it and then the real model path, the embedded engine on a tiny
+random Llama (:func:`fuzz_long`):
 
 - **positive**: valid requests generated from the schema (Schemathesis' positive mode); the schema is
   the server's own (its model, planners and envs as enums, its limits as bounds), so every one gets past
@@ -67,6 +69,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import Generation, GenerationParams, PromptLogprobs
 from groundplan.serve.config import ServeConfig
 from groundplan.serve.local import local_app
+from tests.conftest import tiny_llama_lm
 from tests.fakes import FakeLM
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,11 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CI_EXAMPLES, SLOW_EXAMPLES = 300, 5_000
 PLANNERS = ["SayCan", "No-VF"]
 PLAN = ["find a coke can", "pick up the coke can", "bring it to you", "put down the coke can", "done"]
-TASK_IDS = ["kitchen/nl_nouns/00", "kitchen/nl_single_primitive/00", "kitchen/embodiment/00", "kitchen/nope/99"]
+#: the served envs: the kitchen, whose instructions of one's own run in its default scene, and Hanoi, whose run
+#: in its first task's scene (``EnvCapabilities.adhoc_scene``)
+ENVS = ["kitchen", "hanoi"]
+TASK_IDS = ["kitchen/nl_nouns/00", "kitchen/nl_single_primitive/00", "kitchen/embodiment/00", "kitchen/nope/99",
+            "hanoi/test/0000", "hanoi/test/0001"]
 #: the viewer folder's one sweep (an empty traces.jsonl: the data routes answer 200 for it)
 RUN = "r1"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
@@ -135,17 +142,17 @@ class FuzzLM(FakeLM):
         return [Generation(text=text, logprob_mean=-1.0, num_tokens=len(text.split()), finish_reason="stop")] * params.n
 
 
-def past_vocabulary(body: Any) -> bool:
-    """Whether a completions body has a token id past :class:`FuzzLM`'s vocabulary: the one refusal of a valid
-    body (400) that is the model's, which the schema cannot know."""
+def past_vocabulary(body: Any, vocab: int) -> bool:
+    """Whether a completions body has a token id past the served model's vocabulary (``vocab`` ids): the one
+    refusal of a valid body (400) that is the model's, which the schema cannot know."""
     prompt = body.get("prompt") if isinstance(body, dict) else None
     ids = [i for p in prompt for i in (p if isinstance(p, list) else [p])] if isinstance(prompt, list) else []
-    return any(isinstance(i, (int, float)) and not isinstance(i, bool) and i >= FuzzLM.VOCAB for i in ids)
+    return any(isinstance(i, (int, float)) and not isinstance(i, bool) and i >= vocab for i in ids)
 
 
 def config(viewer_dir: str | None) -> ServeConfig:
     return ServeConfig(planners=[{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
-                                 {"name": "saycan_novf", "label": "No-VF"}],
+                                 {"name": "saycan_novf", "label": "No-VF"}], envs=[{"name": e} for e in ENVS],
                        limits={"max_steps": 2, "max_session_steps": 3, "max_sessions": 100_000,
                                "max_body_bytes": 16384},
                        viewer_dir=viewer_dir)
@@ -160,12 +167,14 @@ LABELS = sorted(operations(schemathesis.openapi.from_asgi("/openapi.json", local
 
 
 class Fuzz:
-    """One app with its schema, its live sessions and a raw ASGI client for mutated requests."""
+    """One app with its schema, its live sessions and a raw ASGI client for mutated requests. ``lm``: the
+    served model, :class:`FuzzLM` or a real engine; ``vocab``: its number of token ids."""
 
-    def __init__(self, viewer_dir: Path) -> None:
+    def __init__(self, viewer_dir: Path, lm: Any, vocab: int) -> None:
         (viewer_dir / RUN).mkdir(parents=True, exist_ok=True)
         (viewer_dir / RUN / "traces.jsonl").write_text("")
-        self.app = local_app(config(str(viewer_dir)), FuzzLM(), token=TOKEN)
+        self.model, self.vocab = lm.name, vocab
+        self.app = local_app(config(str(viewer_dir)), lm, token=TOKEN)
         self.schema = schemathesis.openapi.from_asgi("/openapi.json", self.app)
         self.schema.config.generation.update(with_security_parameters=False)  # the token is this test's to send
         checks = self.schema.config.checks_config_for()
@@ -202,6 +211,7 @@ class Fuzz:
         if isinstance(case.body, dict):
             for key, values in _STEER.get(case.operation.path, {}).items():
                 if key in case.body:
+                    values = [self.model] if values is _SERVED_MODEL else values
                     case.body[key] = data.draw(st.sampled_from(values), label=key)
         params = case.path_parameters or {}
         if "session_id" in params:
@@ -214,15 +224,17 @@ class Fuzz:
 
 
 _INSTRUCTIONS = ["bring me a coke can", "throw away the apple"]
+#: steering's stand-in for the served model's name (the fixture's)
+_SERVED_MODEL: list[str] = []
 #: per route, what steering draws a body field from: served names, and values within this server's limits
 _STEER: dict[str, dict[str, list[Any]]] = {
     "/v1/score": {"prompt": ["Robot: 1."], "options": [[" find a coke can", " done"]]},
-    "/v1/plan": {"planner": PLANNERS, "env": ["kitchen"], "task_id": TASK_IDS, "instruction": _INSTRUCTIONS,
+    "/v1/plan": {"planner": PLANNERS, "env": ENVS, "task_id": TASK_IDS, "instruction": _INSTRUCTIONS,
                  "max_steps": [None, 1, 2]},
-    "/v1/sessions": {"planner": PLANNERS, "env": ["kitchen"], "instruction": _INSTRUCTIONS, "skills": [None, PLAN]},
+    "/v1/sessions": {"planner": PLANNERS, "env": ENVS, "instruction": _INSTRUCTIONS, "skills": [None, PLAN]},
     "/v1/sessions/{session_id}/step": {"observation": [{}, {"skills": PLAN, "affordances": {"done": 0.1}}]},
     "/v1/completions": {
-        "model": ["fuzz-lm"], "max_tokens": [0, 1, 4], "n": [1, 2], "logprobs": [None, 0, 1, 5], "echo": [True, False],
+        "model": _SERVED_MODEL, "max_tokens": [0, 1, 4], "n": [1, 2], "logprobs": [None, 0, 1, 5], "echo": [True, False],
         "best_of": [None], "presence_penalty": [0.0], "frequency_penalty": [0.0], "logit_bias": [None],
         "suffix": [None], "stream": [False], "stop": [None, "\n", [",", "."]],
         "prompt": ["Robot: 1.", ["Robot: 1. find", "Robot: 1. done"], [1, 2, 3], [[5, 6], [7]]]},
@@ -390,7 +402,8 @@ def run_route(fuzz: Fuzz, label: str, target: int) -> dict[str, collections.Coun
         case = fuzz.steered(data, data.draw(op.as_strategy(GenerationMode.POSITIVE), label="case"))
         response = fuzz.send(case)
         seen["positive"][response.status_code] += 1
-        models_refusal = response.status_code == 400 and past_vocabulary(case.body) and "vocabulary" in response.text
+        models_refusal = (response.status_code == 400 and past_vocabulary(case.body, fuzz.vocab)
+                          and "vocabulary" in response.text)
         case.validate_response(response, checks=CHECKS + ([] if models_refusal else [positive_data_acceptance]),
                                headers=AUTH)
 
@@ -427,7 +440,22 @@ def run_route(fuzz: Fuzz, label: str, target: int) -> dict[str, collections.Coun
 
 @pytest.fixture(scope="module")
 def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Fuzz:
-    fuzz = Fuzz(tmp_path_factory.mktemp("viewer"))
+    fuzz = Fuzz(tmp_path_factory.mktemp("viewer"), FuzzLM(), FuzzLM.VOCAB)
+    yield fuzz
+    fuzz.close()
+
+
+@pytest.fixture(scope="module", params=["fuzz-lm", "tiny-llama"])
+def fuzz_long(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Fuzz:
+    """The slow run's app: over :class:`FuzzLM`, and over the real model path (the embedded engine,
+    ``HFLanguageModel``, on a 2-layer random Llama with SmolLM2's tokenizer: its tokenizer, batcher, KV cache
+    and sampler answer every request)."""
+    if request.param == "fuzz-lm":
+        lm, vocab = FuzzLM(), FuzzLM.VOCAB
+    else:
+        lm = tiny_llama_lm(tmp_path_factory.mktemp("tiny-llama"), seed=0)
+        vocab = lm.model.config.vocab_size
+    fuzz = Fuzz(tmp_path_factory.mktemp("viewer"), lm, vocab)
     yield fuzz
     fuzz.close()
 
@@ -448,5 +476,5 @@ def test_route_fuzz(fuzz, label):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
-def test_route_fuzz_long(fuzz, label):
-    run_route(fuzz, label, SLOW_EXAMPLES)
+def test_route_fuzz_long(fuzz_long, label):
+    run_route(fuzz_long, label, SLOW_EXAMPLES)

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 
 from groundplan.core.errors import GroundplanError, InvalidInputError, MissingDependencyError, UnknownNameError
 from groundplan.envs import ENVS
@@ -157,15 +158,51 @@ def test_a_task_file_start_state_of_the_wrong_shape_names_its_line(tmp_path):
 
 
 def test_the_openapi_schema_documents_each_served_env_start_state():
+    """One plan-request variant per served env, tagged by ``env``, each with its env's start state: another
+    env's state is invalid in the schema as the server refuses it; the first env is the default."""
     c, _ = make(envs=["kitchen", "house"])
-    spec = c.get("/openapi.json").json()
-    prop = spec["components"]["schemas"]["PlanRequest"]["properties"]["start_state"]
-    assert {s.get("$ref") for s in prop["anyOf"]} == {"#/components/schemas/KitchenStartState",
-                                                     "#/components/schemas/HouseStartState", None}
-    kitchen = spec["components"]["schemas"]["KitchenStartState"]
+    schemas = c.get("/openapi.json").json()["components"]["schemas"]
+    for env, model, required in (("kitchen", "KitchenStartState", []), ("house", "HouseStartState", ["env"])):
+        variant = schemas[f"PlanRequest_{env}"]
+        prop = variant["properties"]["start_state"]
+        assert {s.get("$ref") for s in prop["anyOf"]} == {f"#/components/schemas/{model}", None}
+        assert variant["properties"]["env"]["const"] == env and variant.get("required", []) == required
+    kitchen = schemas["KitchenStartState"]
     assert kitchen["additionalProperties"] is False and "close counter" in kitchen["properties"]["robot"]["enum"]
     r = c.post("/v1/plan", json={"instruction": "go", "env": "house", "start_state": {"robot": "table"}})
     assert r.status_code == 422 and "start_state.robot: Extra inputs are not permitted" in r.json()["detail"]
+    r = c.post("/v1/plan", json={"instruction": "go", "env": "moon"})
+    assert r.status_code == 422 and r.json()["detail"] == "invalid request: env: Input should be 'kitchen' or 'house'"
+
+
+def test_an_instruction_of_ones_own_runs_in_the_scene_the_env_declares():
+    """Hanoi has no default scene: a session's skills and an instruction without a task come from its first
+    task's scene (they were a 500 and a failed trace), never with that task's goal."""
+    c, _ = make(envs=["kitchen", "hanoi"])
+    r = c.post("/v1/sessions", json={"instruction": "stack the disks", "env": "hanoi"})
+    assert r.status_code == 201, r.text
+    assert "put the green disk in rod 1" in r.json()["skills"]
+    r = c.post("/v1/plan", json={"instruction": "stack the disks", "env": "hanoi", "planner": "No-VF", "max_steps": 1})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["error"] is None and out["family"] == "move_disk" and "no goal" in out["goal_details"]["note"]
+    assert out["steps"] and out["execution_success"] is None
+    kitchen = c.post("/v1/plan", json={"instruction": "bring me a coke can", "max_steps": 1}).json()
+    assert kitchen["error"] is None and kitchen["family"] == "serve"  # the kitchen's default scene
+
+
+def test_a_hanoi_start_state_schema_says_what_its_validators_check():
+    """Distinct colours and one rod per colour are in the JSON schema, and JSON's integer 2.0 is a rod."""
+    from groundplan.envs.tabletop.start_state import HanoiStartState
+
+    schema = HanoiStartState.model_json_schema()
+    assert schema["properties"]["colours"]["uniqueItems"] is True
+    assert [b["properties"]["rods"]["minItems"] for b in schema["anyOf"]] == [1, 2, 3, 4]
+    assert HanoiStartState.model_validate({"colours": ["red", "blue"], "rods": [2.0, 0]}).rods == [2, 0]
+    for bad in ({"colours": ["red", "red"], "rods": [0, 1]}, {"colours": ["red"], "rods": [0, 1]},
+                {"colours": ["red"], "rods": [True]}, {"colours": ["red"], "rods": [0.5]}):
+        with pytest.raises(ValidationError):
+            HanoiStartState.model_validate(bad)
 
 
 # ------------------------------------------------------------------------------------ empty lists

@@ -1,9 +1,9 @@
 """One way to turn pydantic validation errors into messages that name the bad field."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Mapping, Sequence, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from groundplan.core.errors import InvalidInputError
 
@@ -73,3 +73,22 @@ def some(names: Sequence[str], limit: int = 5) -> str:
     refuses without burying the message under hundreds of ids."""
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _json_integer(value: Any) -> Any:
+    """A JSON integer: a whole number, ``3`` or ``3.0`` (JSON Schema's ``integer`` includes both), never a
+    boolean or a string, which pydantic's lax mode would coerce."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+def json_int(**bounds: Any) -> Any:
+    """The type of an integer field of JSON input (a request, a start state): what JSON Schema calls
+    ``integer``, and nothing else. Bounds (``ge``, ``le``) go here rather than on the field, so that in a
+    union (``json_int(ge=1) | None``) they reach the JSON schema as ``minimum``/``maximum``."""
+    return Annotated[int, Field(strict=False, **bounds), BeforeValidator(_json_integer)]

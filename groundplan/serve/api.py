@@ -206,7 +206,8 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
     each request in the serving process (the ingress replica), never from the config file."""
     fixed_token = token
     envs: dict[str, type[Env]] = {e.name: ENVS.get(e.name) for e in config.envs}
-    served = S.served_models(config, [cls.start_state_schema for cls in envs.values() if cls.start_state_schema])
+    served = S.served_models(config, {name: cls.start_state_schema for name, cls in envs.items()
+                                      if cls.start_state_schema})
     app = FastAPI(title="groundplan", version="1",
                   description="Grounded LLM planning as a service: score options, run episodes, closed-loop sessions.")
     bearer = HTTPBearer(auto_error=False)
@@ -234,7 +235,12 @@ def build_api(config: ServeConfig, backend: Backend, llm_name: str | None = None
                 pos = err.get("loc", ("body", "?"))[-1]
                 parts.append(f"malformed JSON at character {pos}: {err.get('ctx', {}).get('error', err.get('msg'))}")
                 continue
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            loc = err.get("loc", ())
+            if err.get("type") == S.ENV_TAG_ERROR:  # the per-env plan variants' tag: the body's env
+                loc = ("body", "env")
+            elif len(loc) > 1 and loc[0] == "body" and loc[1] in envs and len(envs) > 1:
+                loc = loc[:1] + loc[2:]  # the variant's tag (the env's name) is not a field of the request
+            where = ".".join(str(p) for p in loc if p != "body") or "body"
             parts.append(f"{where}: {str(err.get('msg')).removeprefix('Value error, ')}")
         return _error(422, "invalid request: " + "; ".join(parts))
 

@@ -7,9 +7,10 @@ body limit's status), one it calls invalid a 422 naming the field. A value a cal
 session's ``skills``, a plan's ``planner``, ``task_id`` or ``instruction``) is refused when given empty:
 only omitting it (or null) means the default.
 
-``start_state`` is typed per env: the served ``PlanRequest``'s schema is any of the served envs'
-start-state models (``Env.start_state_schema``), and the route checks a request's start state against
-its own env's model (422 naming the field).
+``start_state`` is typed per env: the served ``PlanRequest`` is one variant per served env, tagged by
+``env``, each with that env's start-state model (``Env.start_state_schema``), so another env's state is
+invalid in the schema too; the route checks a request's start state against its env's model (422
+naming the field).
 """
 from __future__ import annotations
 
@@ -18,33 +19,16 @@ import re
 import typing
 from typing import Annotated, Any, Literal, Sequence, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, create_model, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, create_model,
+                      model_validator)
 from pydantic.fields import FieldInfo
 from pydantic_core import core_schema
 
+from groundplan.core.validation import json_int
 from groundplan.rollout.traces import EpisodeTrace, StepTrace
 
 if typing.TYPE_CHECKING:
     from groundplan.serve.config import ServeConfig
-
-
-def _json_integer(value: Any) -> Any:
-    """A JSON integer: a whole number, ``3`` or ``3.0`` (JSON Schema's ``integer`` includes both), never a
-    boolean or a string, which pydantic's lax mode would coerce."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("must be an integer")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError("must be a whole number")
-        return int(value)
-    return value
-
-
-def json_int(**bounds: Any) -> Any:
-    """The type of a request's integer field: what the schema calls ``integer``, and nothing else. Bounds
-    (``ge``, ``le``) go here rather than on the field, so that in a union (``json_int(ge=1) | None``)
-    they reach the JSON schema as ``minimum``/``maximum``."""
-    return Annotated[int, Field(strict=False, **bounds), BeforeValidator(_json_integer)]
 
 
 #: JSON Schema ``pattern`` of a text that is not blank: it holds a character outside the set ``str.strip()``
@@ -257,23 +241,60 @@ class ServedModels:
     """One server's request models (:func:`served_models`)."""
 
     score: type[ScoreRequest]
-    plan: type[PlanRequest]
+    plan: Any  # a PlanRequest, or a union of one per served env (:func:`_plan_request`)
     session: type[SessionCreate]
     step: type[SessionStep]
 
 
-def served_models(config: "ServeConfig", start_states: Sequence[type[BaseModel]]) -> ServedModels:
+#: the error type of a ``/v1/plan`` body whose ``env`` no served env has (the API reports it at ``env``)
+ENV_TAG_ERROR = "env_not_served"
+
+
+def _plan_env(names: Sequence[str]) -> Any:
+    """Which per-env variant of the plan request validates a body: the env it names (left out: the first);
+    an env no variant has is the tagged union's error (:data:`ENV_TAG_ERROR`); a body that is not an
+    object goes to the first variant, which refuses it as one."""
+    def env_of(value: Any) -> str | None:
+        if isinstance(value, BaseModel):
+            return getattr(value, "env", None)
+        if not isinstance(value, dict):
+            return names[0]
+        env = value.get("env", names[0])
+        return env if isinstance(env, str) and env in names else None
+    return env_of
+
+
+def _plan_request(config: "ServeConfig", start_states: dict[str, type[BaseModel]], **common: tuple[Any, Any]) -> Any:
+    """The ``/v1/plan`` request model: one variant per served env (its name as ``env``, the first's the
+    default, and that env's start-state model), so the schema holds which start state each env takes (a
+    Hanoi state for the kitchen is invalid in the schema, as the server refuses it). One env: the variant
+    itself; several: their union, tagged by ``env`` (``oneOf`` in the OpenAPI schema)."""
+    names = [e.name for e in config.envs]
+    variants = []
+    for i, name in enumerate(names):
+        model = start_states.get(name)
+        documented = model | None if model is not None else dict[str, Any] | None
+        start_state = Annotated[dict[str, Any] | None,
+                                PlainValidator(_object_or_null, json_schema_input_type=documented)]
+        variant = narrowed(PlanRequest, None if len(names) == 1 else f"PlanRequest_{name}",
+                           env=(Literal[name], name if i == 0 else ...), start_state=(start_state, None), **common)
+        variants.append(Annotated[variant, Tag(name)])
+    if len(variants) == 1:
+        return typing.get_args(variants[0])[0]
+    expected = " or ".join(repr(n) for n in names)
+    return Annotated[Union[tuple(variants)], Discriminator(  # type: ignore[valid-type]
+        _plan_env(names), custom_error_type=ENV_TAG_ERROR, custom_error_message=f"Input should be {expected}")]
+
+
+def served_models(config: "ServeConfig", start_states: dict[str, type[BaseModel]]) -> ServedModels:
     """The request models of the server ``config`` describes: its env and planner names as enums (the env
-    defaults to its first), its ``limits`` as the schema's bounds, and ``start_state`` documented as any of
-    ``start_states`` (the served envs' models, so the OpenAPI schema shows what each env takes) or null.
-    A start state's validation here is only "object or null": which model applies depends on ``env``, so the
-    route checks that (422 with the field's path)."""
+    defaults to its first), its ``limits`` as the schema's bounds, and ``start_state`` documented per env
+    (``start_states``: each served env's model, so the OpenAPI schema shows what each env takes). A start
+    state's validation here is only "object or null": its fields are checked by the route against the
+    model of the env the request names (422 with the field's path)."""
     lim = config.limits
     envs = one_of([e.name for e in config.envs])
     planner = one_of([p.display for p in config.planners]) | None
-    models = tuple(dict.fromkeys(start_states))
-    documented = Union[models + (type(None),)] if models else dict[str, Any] | None  # type: ignore[valid-type]
-    start_state = Annotated[dict[str, Any] | None, PlainValidator(_object_or_null, json_schema_input_type=documented)]
     skills = Annotated[list[not_blank(100_000)], Field(min_length=1, max_length=lim.max_skills)] | None
     observation = narrowed(ObservationIn, skills=(skills, None))
     observed = Field(default_factory=observation, description=SessionStep.model_fields["observation"].description)
@@ -281,9 +302,9 @@ def served_models(config: "ServeConfig", start_states: Sequence[type[BaseModel]]
         score=narrowed(ScoreRequest, prompt=(Annotated[str, Field(max_length=lim.max_prompt_chars)], ...),
                        options=(Annotated[list[not_blank(lim.max_option_chars)],
                                           Field(min_length=1, max_length=lim.max_options)], ...)),
-        plan=narrowed(PlanRequest, env=(envs, config.envs[0].name), planner=(planner, None),
-                      instruction=(not_blank(lim.max_instruction_chars) | None, None),
-                      max_steps=(json_int(ge=1, le=lim.max_steps) | None, None), start_state=(start_state, None)),
+        plan=_plan_request(config, start_states, planner=(planner, None),
+                           instruction=(not_blank(lim.max_instruction_chars) | None, None),
+                           max_steps=(json_int(ge=1, le=lim.max_steps) | None, None)),
         session=narrowed(SessionCreate, env=(envs, config.envs[0].name), planner=(planner, None),
                          instruction=(not_blank(lim.max_instruction_chars), ...), skills=(skills, None)),
         step=narrowed(SessionStep, observation=(observation, observed)))

@@ -168,24 +168,50 @@ class PlannerService:
     def env_skills(self, env_name: str) -> list[str]:
         """The env's skill set at reset (cached per env)."""
         if env_name not in self._skills:
-            task = Task(task_id="serve-skills", instruction="list skills", family="serve", goal=None)
+            # the scene's own task (its goal included) only lists the actions the scene offers
+            task = self._scene(env_name) or Task(task_id="serve-skills", instruction="list skills", family="serve",
+                                                 goal=None)
             with self._worker(env_name).borrow() as slot:
                 self._skills[env_name] = list(slot.env.reset(task, 0).skills)
         return self._skills[env_name]
+
+    def _env_tasks(self, env_name: str) -> dict[str, Task]:
+        """The env's own tasks by id (cached per env), listed where the env lives."""
+        if env_name not in self._tasks:
+            with self._worker(env_name).borrow() as slot:
+                self._tasks[env_name] = {t.task_id: t for t in slot.env.tasks()}
+        return self._tasks[env_name]
+
+    def _scene(self, env_name: str) -> Task | None:
+        """The task whose scene an instruction of one's own runs in (the env declares it,
+        :attr:`~groundplan.envs.base.EnvCapabilities.adhoc_scene`): None for the env's default scene, else
+        its first task."""
+        if ENVS.get(self.config.env_spec(env_name).name).capabilities.adhoc_scene == "default":
+            return None
+        scene = next(iter(self._env_tasks(env_name).values()), None)
+        if scene is None:
+            raise NotFoundError(f"env '{env_name}' has no task whose scene an instruction of one's own could run in")
+        return scene
+
+    def _adhoc_task(self, env_name: str, instruction: str, start_state: dict[str, Any] | None) -> Task:
+        """A task of one's own instruction, without a goal: in the env's default scene, or with its scene
+        task's family and start state (the request's start state, when given, replaces the latter)."""
+        scene = self._scene(env_name)
+        if scene is None:
+            return Task(task_id="serve", instruction=instruction, family="serve", goal=None, start_state=start_state)
+        return Task(task_id="serve", instruction=instruction, family=scene.family, goal=None,
+                    start_state=scene.start_state if start_state is None else start_state)
 
     def _task(self, job: PlanJob) -> Task:
         """The episode's task: the env's task ``job.task_id`` (with the request's instruction and start state
         when given), or an ad-hoc instruction without a goal."""
         if not job.task_id:
-            return Task(task_id="serve", instruction=job.instruction or "", family="serve", goal=None,
-                        start_state=job.start_state)
-        if job.env not in self._tasks:
-            with self._worker(job.env).borrow() as slot:
-                self._tasks[job.env] = {t.task_id: t for t in slot.env.tasks()}
-        task = self._tasks[job.env].get(job.task_id)
+            return self._adhoc_task(job.env, job.instruction or "", job.start_state)
+        tasks = self._env_tasks(job.env)
+        task = tasks.get(job.task_id)
         if task is None:  # the env's task set is its data, looked up where the env lives, as a session is
             raise NotFoundError(f"env '{job.env}' has no task '{job.task_id}'; it has: "
-                                f"{some(list(self._tasks[job.env]), 3) or 'none'}")
+                                f"{some(list(tasks), 3) or 'none'}")
         return Task(task.task_id, job.instruction or task.instruction, task.family, task.goal,
                     task.start_state if job.start_state is None else job.start_state, task.reference_plan,
                     task.metadata)

@@ -173,7 +173,7 @@ class KitchenEnv(Env):
 
     name = "kitchen"
     done_skill = "done"
-    capabilities = EnvCapabilities(can_replay=True, fixed_actions=True)
+    capabilities = EnvCapabilities(can_replay=True, fixed_actions=True, adhoc_scene="default")
 
     def default_affordance(self) -> str:
         """The registered affordance source that fits this env's mode (used by ``groundplan plan``)."""

@@ -84,6 +84,8 @@ def parse_start_state(data: Any) -> dict[str, Any]:
     if not blocks:
         raise TaskSpecError("start_state.blocks needs at least one block", ("blocks",))
     seed = data.get("layout_seed", 0)
+    if isinstance(seed, float) and seed.is_integer():  # JSON's integer 3.0, as the schema allows
+        seed = int(seed)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise TaskSpecError(f"layout_seed must be a non-negative integer, got {seed!r}", ("layout_seed",))
     if "xy" in data:

@@ -12,10 +12,11 @@ its blocks in bowls (each env's ``start_state_schema``).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, StrictFloat, StrictStr, ValidationInfo, field_validator
 
+from groundplan.core.validation import json_int
 from groundplan.envs.splits import SayCanPaySplit
 from groundplan.envs.start_state import StartState, optional
 from groundplan.envs.tabletop.world import COLOUR_NAMES, MAX_BLOCKS, MAX_BOWLS, X_RANGE, Y_RANGE
@@ -23,7 +24,7 @@ from groundplan.envs.tabletop.world import COLOUR_NAMES, MAX_BLOCKS, MAX_BOWLS, 
 Colour = Literal[COLOUR_NAMES]  # type: ignore[valid-type]
 Point = Annotated[list[StrictFloat], Field(min_length=2, max_length=2, description="[x, y] in metres")]
 #: the seed range every layout sampler here takes
-Seed = Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+Seed = json_int(ge=0, le=2**63 - 1)
 
 
 class TabletopStartState(StartState):
@@ -49,11 +50,21 @@ def _distinct(names: list[str], what: str) -> list[str]:
 MAX_DISKS, RODS = 4, 3
 
 
+def _one_rod_per_colour(schema: dict[str, Any]) -> None:
+    """The JSON schema says what the validators check: colours distinct, and as many rods as colours (one
+    ``anyOf`` branch per disk count, as JSON Schema cannot equate two arrays' lengths)."""
+    schema["properties"]["colours"]["uniqueItems"] = True
+    schema["anyOf"] = [{"properties": {"colours": {"minItems": n, "maxItems": n}, "rods": {"minItems": n, "maxItems": n}}}
+                       for n in range(1, MAX_DISKS + 1)]
+
+
 class HanoiStartState(StartState):
     """Disks smallest first: ``colours[i]`` is disk i's colour, ``rods[i]`` the rod (0-2) it starts on."""
 
+    model_config = ConfigDict(json_schema_extra=_one_rod_per_colour)
+
     colours: list[Colour] = Field(min_length=1, max_length=MAX_DISKS, description="each disk's colour, smallest first")
-    rods: list[Annotated[StrictInt, Field(ge=0, le=RODS - 1)]] = Field(
+    rods: list[json_int(ge=0, le=RODS - 1)] = Field(
         min_length=1, max_length=MAX_DISKS, description="each disk's rod (0-based), in the order of colours")
     split: SayCanPaySplit = optional("the split the task was drawn from (informational)")
 
