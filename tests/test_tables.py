@@ -60,3 +60,27 @@ def test_not_a_run_and_mixed_kinds_are_refused(tmp_path):
     h = _run(tmp_path / "h", "house", [{"name": "saynav"}], [_trace("SayNav", "house", "t", True, sr=1.0, spl=1.0)])
     with pytest.raises(InvalidInputError, match="need different tables"):
         run_tables([k, h])
+
+
+def test_cost_effectiveness_reads_the_experts_of_the_runs_own_draw(tmp_path):
+    """A task id names another task in a draw of other sizes, so SayCanPay's cost-effectiveness (and the
+    exported outcomes) read the expert plans of the env the run built, with its options; the default
+    draw's experts, read before, would disagree with this draw's on some of these tasks."""
+    pytest.importorskip("pybullet")
+    from groundplan.evaluation.outcomes import export_outcomes
+    from groundplan.factory import build_env
+
+    options = {"train_size": 12, "test_size": 6, "generalize_size": 2}
+    tasks = build_env("blocks_bowls", options).tasks()
+    default = {t.task_id: t.reference_plan for t in build_env("blocks_bowls", None).tasks()}
+    assert any(default.get(t.task_id) != t.reference_plan for t in tasks)
+    traces = [EpisodeTrace(f"GT-{t.task_id}", "GT", "blocks_bowls", t.task_id, t.family, t.instruction, 0, "fake",
+                           steps=[StepTrace(i, a, a == "done") for i, a in enumerate([*t.reference_plan, "done"])],
+                           execution_success=True) for t in tasks]
+    run = _run(tmp_path / "b", "blocks_bowls", [{"name": "saycanpay", "label": "GT"}], traces)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "env": {"name": "blocks_bowls", "options": options}}))
+    assert "| GT | 6 | 100% [61, 100] | 100% [61, 100] |" in run_tables([run])
+    episodes = export_outcomes([run])["episodes"]
+    assert [e["cost_effective"] for e in episodes] == [1.0] * 6
+    assert [e["length"] for e in episodes] == [len([a for a in t.reference_plan if a != "done"]) for t in tasks]

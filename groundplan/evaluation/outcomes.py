@@ -28,6 +28,7 @@ episode), Holm-adjusted over every test of the table.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -74,7 +75,8 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
     cluster (:func:`cluster_key`). ``names``: each run's name in the tables (default: its config's).
     ``pairs``: rows to test against each other beside the same-label ones, each ``RUN:LABEL=RUN:LABEL``
     (a fine-tuned row against a frozen row of another prompt)."""
-    from groundplan.evaluation.tables import run_configs, run_folders, run_traces
+    from groundplan.evaluation.saycanpay import plan_length, scored_against_experts
+    from groundplan.evaluation.tables import run_configs, run_folders, run_traces, table_kind
 
     folders = run_folders(run_dirs)
     configs = run_configs(folders)
@@ -88,6 +90,9 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
         runs.append({"name": name, "config_hash": stable_hash(config, 12), "env": config["env"]["name"],
                      "env_options": config["env"].get("options", {}), "model": config.get("llm", {}).get("model")})
         traces = with_config_declarations(run_traces([folder]), [config])
+        if table_kind(config) == "saycanpay":  # Table 4's cost-effectiveness and plan length, as its tables read them
+            traces, done = scored_against_experts(traces, config["env"]["name"], config["env"].get("options"))
+            traces = [dataclasses.replace(t, metrics={"length": plan_length(t, done), **t.metrics}) for t in traces]
         marks = trace_marks(traces)
         for t in traces:
             if t.error:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from groundplan.core.stats import wilson_interval
 from groundplan.core.truth import OracleDeclaration
@@ -204,14 +204,24 @@ def lists_fixed_actions(env_name: str) -> bool:
     return bool(ENVS.get(env_name).capabilities.fixed_actions)
 
 
-def report(traces: Sequence[EpisodeTrace], title: str, env: str | None = None, split: str | None = None) -> str:
+def scored_against_experts(traces: Sequence[EpisodeTrace], env: str, env_options: dict[str, Any] | None = None,
+                           split: str | None = None) -> tuple[list[EpisodeTrace], str]:
+    """The traces with ``cost_effective``, against the reference plans of the env the runs built: its
+    options (``env_options``, the runs' config: a task id names another task in a draw of other sizes)
+    and ``split`` (default: the options' own); and the env's done skill."""
+    options = {**(env_options or {}), **({"split": split} if split else {})}
+    lengths, done = expert_lengths(env, options or None)
+    return with_cost_effectiveness(traces, lengths, done), done
+
+
+def report(traces: Sequence[EpisodeTrace], title: str, env: str | None = None, split: str | None = None,
+           env_options: dict[str, Any] | None = None) -> str:
     """The table and its paired tests as Markdown: the rows of :func:`table_rows`, then the paired
     comparisons (:data:`PAIRS`) on success and cost-effectiveness, Holm-adjusted, with a note for each
-    Greedy-vs-Beam line that is not like-for-like. ``env`` and ``split`` name the env whose reference
-    plans are the experts (default: the traces' env and its default split)."""
+    Greedy-vs-Beam line that is not like-for-like. ``env``, ``env_options`` and ``split`` name the env
+    whose reference plans are the experts (default: the traces' env, its default options and split)."""
     env = env or traces[0].env
-    lengths, done = expert_lengths(env, {"split": split} if split else None)
-    annotated = with_cost_effectiveness(traces, lengths, done)
+    annotated, done = scored_against_experts(traces, env, env_options, split)
     out = [render(table_rows(annotated, done), title)]
     fixed = lists_fixed_actions(env)
     lines = paired_report(annotated, measures=("execution_success", "cost_effective"), fixed_actions=fixed)

@@ -110,7 +110,13 @@ def run_tables(run_dirs: Sequence[str | Path], env: str | None = None, split: st
     traces = with_config_declarations(run_traces(folders), configs)
     kind = kinds.pop()
     if kind == "saycanpay":
-        return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split)
+        options = {json.dumps(c["env"].get("options") or {}, sort_keys=True) for c in configs}
+        if len(options) > 1:
+            raise InvalidInputError("these runs built their env with different options, so a task id names "
+                                    "different tasks in them: give them one draw at a time")
+        ours = env is None or {env} == {c["env"]["name"] for c in configs}  # the experts of the runs' own draw
+        return saycanpay.report(traces, f"{folders[0].name}: {split or 'test'} split", env=env, split=split,
+                                env_options=json.loads(options.pop()) if ours else None)
     if kind == "saynav":
         return saynav.report(traces)
     order = list(dict.fromkeys(p.get("label") or p["name"] for c in configs for p in c.get("planners", [])))
