@@ -226,3 +226,31 @@ def test_eai_run_config_runs_a_sweep_per_model_then_the_leaderboard(tmp_path, mo
     with pytest.raises(InvalidInputError, match="needs 'virtualhome_eai'"):
         eai_run.model_sweeps(eai_run.load_run_config(tmp_path / "bad.yaml"))
     assert main(["eai", "run", str(tmp_path / "bad.yaml"), "--local"]) == 2  # a clear error, no traceback
+
+
+def test_chat_template_sends_the_prompt_as_a_users_turn_and_a_base_model_is_refused(tmp_path):
+    """``chat_template``: the engine wraps EAI's prompt in the model's own template (the tokenizer's, not a
+    copy of it), the trace keeps what the model read; a model without a template is refused, and a backend
+    that does not declare the capability is refused when the config loads."""
+    from groundplan.core.types import Observation, Task
+    from groundplan.llm.base import GenerationParams
+    from groundplan.planners.open_loop import OpenLoopPlanner
+    from tests.conftest import tiny_llama_lm
+
+    lm = tiny_llama_lm(tmp_path / "tiny", seed=0)
+    want = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Task: x"}], tokenize=False,
+                                            add_generation_prompt=True)
+    assert lm.chat_prompt("Task: x") == want and want.endswith("<|im_start|>assistant\n") and "Task: x" in want
+    planner = OpenLoopPlanner(lm, template="Task: {instruction}", chat_template=True, max_new_tokens=4)
+    planner.reset(Task("t", "x", "f", None), Observation(skills=["done"]))
+    assert planner.prompt == want
+    bare = OpenLoopPlanner(lm, template="Task: {instruction}", max_new_tokens=4)
+    bare.reset(Task("t", "x", "f", None), Observation(skills=["done"]))
+    assert bare.prompt == "Task: x"
+    lm.tokenizer.chat_template = None
+    with pytest.raises(InvalidInputError, match="has no chat template"):
+        lm.chat_prompt("x")
+    assert lm.generate("x", GenerationParams(max_new_tokens=1))  # the model itself still writes
+    with pytest.raises(Exception, match="chat_template"):
+        _config(tmp_path, planners=[{**OPEN_LOOP, "options": {**OPEN_LOOP["options"], "chat_template": True}}],
+                llm={"backend": "llamacpp", "model": "smollm2-135m-instruct"})

@@ -295,6 +295,10 @@ class LLMScorer:
 
         return await asyncio.to_thread(propose, self.lm, prompt, params)
 
+    async def chat_prompt(self, text: str) -> str:
+        """``text`` in the hosted model's chat template (a backend that declares ``chat_template``)."""
+        return self.lm.chat_prompt(text)
+
     async def embed(self, texts: Sequence[str]):
         self._embed_calls += 1
         return await asyncio.to_thread(self.lm.embed, list(texts))

@@ -70,6 +70,8 @@ class LLMCapabilities:
     generate: bool = True
     beam_search: bool = False
     prompt_logprobs: bool = False
+    #: wraps a text as one user turn of the model's own chat template (:class:`SupportsChatTemplate`)
+    chat_template: bool = False
 
     def missing(self, needs: Sequence[str]) -> list[str]:
         """The capabilities in ``needs`` (field names) that this backend does not have."""
@@ -80,7 +82,7 @@ class LLMCapabilities:
 
 
 #: the names a planner may list in ``PlannerOptions.llm_needs``
-LLM_CAPABILITIES = ("score", "generate", "beam_search", "prompt_logprobs")
+LLM_CAPABILITIES = ("score", "generate", "beam_search", "prompt_logprobs", "chat_template")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,16 @@ class SupportsPromptLogprobs(Protocol):
         next-token logits its forward computed for that generate (a hint: results are the same without)."""
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        ...
+
+
+class SupportsChatTemplate(Protocol):
+    """A backend that declares ``chat_template``: an instruct model is sent a user's text the way a chat
+    user sends it, inside the model's own chat template, rather than as bare text to continue."""
+
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as one user turn of the model's chat template, the assistant's turn opened after it;
+        raises :class:`~groundplan.core.errors.InvalidInputError` for a model that has no template."""
         ...
 
 

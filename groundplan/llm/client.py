@@ -44,6 +44,9 @@ class HostClient:
     def beam_candidates(self, prompt: str, params: Any) -> list[Any]:
         return self._call("beam_candidates", prompt, params)
 
+    def chat_prompt(self, text: str) -> str:
+        return self._call("chat_prompt", text)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._call("embed", list(texts)))
 

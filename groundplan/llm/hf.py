@@ -173,6 +173,14 @@ class HFLanguageModel:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self._embedder.embed(texts)
 
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as one user turn of the tokenizer's chat template (its system turn, if the template
+        writes one, included), the assistant's turn opened: what a chat user of the model sends."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidInputError(f"model {self.name} has no chat template (a base model): send it bare text")
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                  add_generation_prompt=True)
+
     def beam_candidates(self, prompt: str, params: Any) -> list:
         """Token-level diverse beam search over this engine's cache (:mod:`groundplan.llm.beam_search`),
         remembered by (prompt, parameters) (:class:`groundplan.llm.hf_generate.DecodeMemo`)."""

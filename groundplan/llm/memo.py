@@ -136,6 +136,9 @@ class MemoizedLM:
     def generate(self, prompt: str, params: GenerationParams) -> list[Generation]:
         return self.lm.generate(prompt, params)
 
+    def chat_prompt(self, text: str) -> str:
+        return self.lm.chat_prompt(text)
+
     def embed(self, texts: Sequence[str]):
         return self.lm.embed(texts)
 

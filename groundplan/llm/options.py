@@ -71,7 +71,7 @@ class HFOptions(BackendOptions):
     @property
     def capabilities(self) -> LLMCapabilities:
         """The engine scores, samples, beam-searches and returns prompt log-probs (it has the weights)."""
-        return LLMCapabilities(score=True, generate=True, beam_search=True, prompt_logprobs=True)
+        return LLMCapabilities(score=True, generate=True, beam_search=True, prompt_logprobs=True, chat_template=True)
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -7,6 +7,8 @@ resumable, traced) beside the closed-loop planners it is compared with, on the s
 
 - The prompt is ``template`` with the instruction put in verbatim (the default template is the
   instruction alone), so the model reads exactly what the benchmark gives every model.
+  ``chat_template`` sends that prompt as a chat user sends it to an instruct model: one user turn of the
+  model's own chat template (the backend's, :class:`~groundplan.llm.base.SupportsChatTemplate`).
 - The answer's text is kept in the first decision's ``info["answer"]``: a judge that reads answers as text
   (EAI's, parsing errors included) scores what the model wrote, not what the env executed. The steps the
   answer format (:data:`ANSWER_FORMATS`) reads from it are played one per decision whatever the
@@ -35,10 +37,13 @@ class OpenLoopConfig(PlannerOptions):
     """Options of the open-loop planner."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    PROMPT_FIELDS = ("template", "answer_format")
+    PROMPT_FIELDS = ("template", "answer_format", "chat_template")
 
     template: str = Field("{instruction}", description="The prompt, with {instruction} where the task's "
                           "instruction goes (verbatim); the default is the instruction alone.")
+    chat_template: bool = Field(False, description="Send the prompt as one user turn of the model's own chat "
+                                "template, as a chat user of an instruct model would (a backend that declares "
+                                "chat_template; a model without a template is refused).")
     answer_format: str = Field("steps", description="How the answer names its steps (a registered answer format: "
                                "'steps' reads 'Step n: ...' lines, 'eai_json' EAI's JSON object of actions).")
     max_new_tokens: int = Field(384, ge=1, description="Most tokens of the answer (a whole program).")
@@ -69,8 +74,8 @@ class OpenLoopConfig(PlannerOptions):
 
     @property
     def llm_needs(self) -> tuple[str, ...]:
-        """The model writes text; nothing is scored."""
-        return ("generate",)
+        """The model writes text (in its chat template when asked); nothing is scored."""
+        return ("generate", "chat_template") if self.chat_template else ("generate",)
 
 
 class OpenLoopPlanner(PlanPlayback, Planner):
@@ -99,6 +104,8 @@ class OpenLoopPlanner(PlanPlayback, Planner):
         cfg = self.config
         validate_instruction(task.instruction, cfg.max_instruction_chars)
         self._prompt = cfg.template.format(instruction=task.instruction)
+        if cfg.chat_template:
+            self._prompt = self.lm.chat_prompt(self._prompt)
         self._begin_episode()
         params = GenerationParams(n=1, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                                   stop=tuple(cfg.stop),
