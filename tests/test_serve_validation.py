@@ -456,3 +456,19 @@ def test_a_body_over_the_drain_bound_gets_413_at_once_and_close(local_server):
     status, *lines = head.split(b"\r\n\r\n")[0].decode().split("\r\n")
     assert status.startswith("HTTP/1.1 413")
     assert "connection: close" in [line.lower() for line in lines]
+
+
+@pytest.mark.parametrize("env,module", [("blocks_bowls", "pybullet"), ("babyai", "minigrid"),
+                                        ("virtualhome", "virtualhome_eval")])
+def test_every_env_without_a_default_scene_runs_an_instruction_in_its_first_tasks(env, module):
+    """Each env whose reset needs a layout runs an instruction of one's own in its first task's scene (its
+    start state, or the metadata that names it: a VirtualHome program), with no goal, and lists the
+    scene's skills for a session; before, each was a failed trace and a 500."""
+    pytest.importorskip(module)
+    cfg = ServeConfig(planners=[{"name": "saycan_novf", "label": "No-VF"}], envs=[{"name": env}], viewer_dir=None,
+                      limits={"max_steps": 1})
+    service = PlannerService(cfg, FakeLM.following(["done"]), local_store(cfg))
+    out = service.plan({"instruction": "do the thing", "max_steps": 1})
+    assert out["error"] is None and out["task_id"] == "serve" and out["execution_success"] is None
+    if env != "virtualhome":  # its 40,561 skills are over the session limit: a 422 that says so
+        assert service.create_session({"instruction": "do the thing"})["skills"]

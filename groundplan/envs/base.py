@@ -71,8 +71,8 @@ class EnvCapabilities:
     disjoint_by: Literal["signature", "instruction"] = "signature"
     #: where an instruction of one's own (a Serve request without a task id) runs: ``"default"``, the env's
     #: default scene (a task without a start state resets to it); ``"first_task"``, the scene of the env's
-    #: first task (its family and start state, never its goal), for an env whose reset needs a task's
-    #: layout (tabletop seeds, Hanoi's rods, a BabyAI level, a VirtualHome program's graph)
+    #: first task (its family, start state and metadata, never its goal), for an env whose reset needs a
+    #: task's layout (tabletop seeds, Hanoi's rods, a BabyAI level, a VirtualHome program's graph)
     adhoc_scene: Literal["default", "first_task"] = "first_task"
 
 

@@ -195,12 +195,15 @@ class PlannerService:
 
     def _adhoc_task(self, env_name: str, instruction: str, start_state: dict[str, Any] | None) -> Task:
         """A task of one's own instruction, without a goal: in the env's default scene, or with its scene
-        task's family and start state (the request's start state, when given, replaces the latter)."""
+        task's family, start state and metadata (the request's start state, when given, replaces the
+        scene's). The metadata is what lays the scene out (a VirtualHome program id); a planner reads it
+        only through the truth gate, as it reads any task's."""
         scene = self._scene(env_name)
         if scene is None:
             return Task(task_id="serve", instruction=instruction, family="serve", goal=None, start_state=start_state)
         return Task(task_id="serve", instruction=instruction, family=scene.family, goal=None,
-                    start_state=scene.start_state if start_state is None else start_state)
+                    start_state=scene.start_state if start_state is None else start_state,
+                    metadata=dict(scene.metadata))  # the scene's data (a VirtualHome program id), truth-gated
 
     def _task(self, job: PlanJob) -> Task:
         """The episode's task: the env's task ``job.task_id`` (with the request's instruction and start state
