@@ -472,3 +472,15 @@ def test_every_env_without_a_default_scene_runs_an_instruction_in_its_first_task
     assert out["error"] is None and out["task_id"] == "serve" and out["execution_success"] is None
     if env != "virtualhome":  # its 40,561 skills are over the session limit: a 422 that says so
         assert service.create_session({"instruction": "do the thing"})["skills"]
+
+
+def test_stream_takes_a_json_boolean_only():
+    """The slow fuzz's find: ``"stream": 0`` was accepted (Python's ``0 == False`` satisfied ``Literal[False]``)
+    while the schema's ``stream`` is ``false`` or null."""
+    from groundplan.serve.openai_api import CompletionRequest
+
+    for ok in (False, None):
+        assert CompletionRequest.model_validate({"model": "m", "prompt": "x", "stream": ok}).stream is ok
+    for bad in (0, 0.0, 1, True, "false"):
+        with pytest.raises(ValidationError):
+            CompletionRequest.model_validate({"model": "m", "prompt": "x", "stream": bad})

@@ -28,7 +28,7 @@ import uuid
 from typing import Annotated, Any, Literal, Sequence, Union
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from groundplan.llm import backend_capabilities
 from groundplan.llm.base import PromptLogprobs
@@ -77,6 +77,14 @@ _PROMPT = forms({"text": str, "texts": list[str], "token ids": list[json_int()],
 _STOPS = forms({"text": _STOP, "texts": Annotated[list[_STOP], Field(max_length=4)]})
 
 
+def _boolean(value: Any) -> Any:
+    """A JSON boolean and nothing else: a Literal of ``False`` alone would take ``0`` (Python's ``0 == False``),
+    which the schema's ``false`` does not."""
+    if value is not None and not isinstance(value, bool):
+        raise ValueError("must be a boolean")
+    return value
+
+
 class CompletionRequest(BaseModel):
     """The OpenAI completions request (the fields groundplan implements; an unknown one is a 422)."""
 
@@ -90,7 +98,8 @@ class CompletionRequest(BaseModel):
     temperature: float | None = Field(1.0, ge=0, le=2, description="0: greedy")
     top_p: float | None = Field(1.0, gt=0, le=1)
     n: json_int(ge=1, le=MAX_N) | None = Field(1, description="samples per prompt")
-    stream: Literal[False] | None = Field(False, description="streaming is not supported: false or null")
+    stream: Annotated[Literal[False], BeforeValidator(_boolean)] | None = Field(
+        False, description="streaming is not supported: false or null")
     logprobs: json_int(ge=0, le=MAX_LOGPROBS) | None = Field(None, description="log-probs of each token and the top k "
                                                               f"alternatives (k <= {MAX_LOGPROBS})")
     echo: bool | None = Field(False, description="return the prompt before the completion, with its log-probs")
