@@ -251,11 +251,12 @@ def test_the_default_env_is_the_servers_first_not_the_kitchen():
 @pytest.mark.parametrize("path,body,words", [
     ("/v1/plan", {"instruction": "bring me a coke can", "env": ""}, "env: Input should be 'kitchen'"),
     ("/v1/plan", {"instruction": "bring me a coke can", "planner": ""}, "planner: Input should be 'SayCan' or 'No-VF'"),
-    ("/v1/plan", {"task_id": ""}, "task_id: String should have at least 1 character"),
+    ("/v1/plan", {"task_id": ""}, "task_id: must not be empty or only spaces"),
+    ("/v1/plan", {"env": "kitchen", "task_id": " "}, "task_id: must not be empty or only spaces"),  # the slow fuzz's find
     ("/v1/plan", {"task_id": "kitchen/nl_nouns/00", "instruction": ""}, "instruction: must not be empty or only spaces"),
     ("/v1/sessions", {"instruction": "bring me a coke can", "env": ""}, "env: Input should be 'kitchen'"),
     ("/v1/sessions", {"instruction": "bring me a coke can", "planner": ""}, "planner: Input should be 'SayCan'"),
-], ids=["plan-env", "plan-planner", "plan-task", "plan-instruction", "session-env", "session-planner"])
+], ids=["plan-env", "plan-planner", "plan-task", "plan-task-blank", "plan-instruction", "session-env", "session-planner"])
 def test_an_explicit_empty_value_is_refused_never_read_as_the_default(path, body, words):
     c, lm = make()
     r = c.post(path, json=body)

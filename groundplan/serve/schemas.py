@@ -102,7 +102,7 @@ class PlanRequest(_Req):
     planner: str | None = Field(None, min_length=1, max_length=200, description="a served planner label; omitted or "
                                 "null: the first")
     seed: json_int(ge=0, le=2**31 - 1) = Field(0, description="start state / sampling seed")
-    task_id: str | None = Field(None, min_length=1, max_length=200, description="run one of the env's own tasks (its "
+    task_id: not_blank(200) | None = Field(None, description="run one of the env's own tasks (its "
                                 "goal is checked; an id the env does not have is a 404); omitted or null: an "
                                 "instruction of your own, without a goal")
     start_state: dict[str, Any] | None = Field(None, description="env-specific pins of the start state (e.g. kitchen "
