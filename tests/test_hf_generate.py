@@ -160,3 +160,14 @@ def test_generating_after_an_echo_copies_no_prompt_and_gives_the_same_tokens(tmp
     for t in texts:
         assert [g.text for g in lm.generate(t, four)] == [g.text for g in fresh.generate(t, four)]
     assert lm.stats.borrowed_contexts >= 3 and len(lm._kv.cache._entries) == entries  # borrowed, nothing cached
+
+
+def test_a_penalty_near_zero_keeps_the_logits_finite():
+    """The slow fuzz's find over the real engine: ``repetition_penalty`` 5e-324 (valid: any positive one)
+    divided a positive logit to infinity, the softmax went NaN and the route answered 500."""
+    from groundplan.llm.sampling import repetition_penalty
+
+    logits = torch.tensor([[3.0, -2.0, 1.0]])
+    out = repetition_penalty(logits, torch.tensor([[True, True, False]]), 5e-324)
+    assert torch.isfinite(out).all() and out.argmax().item() == 0 and out[0, 2] == 1.0
+    assert torch.isfinite(torch.log_softmax(out, dim=-1)).any()

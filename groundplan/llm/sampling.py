@@ -29,9 +29,12 @@ def find_stop(text: str, stop: Sequence[str]) -> int:
 
 
 def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
-    """Hugging Face's ``RepetitionPenaltyLogitsProcessor`` on [n, V] logits with a [n, V] seen mask."""
+    """Hugging Face's ``RepetitionPenaltyLogitsProcessor`` on [n, V] logits with a [n, V] seen mask. Kept
+    finite: a penalty near 0 (any positive one is valid) divides a positive logit past the float range, and
+    an infinite logit makes the softmax NaN; clamped, the largest logit still wins as the penalty says."""
     penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
-    return torch.where(seen, penalised, logits)
+    big = torch.finfo(logits.dtype).max
+    return torch.where(seen, penalised.clamp(-big, big), logits)
 
 
 def sample(logprobs: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> list[int]:
