@@ -171,3 +171,17 @@ def test_a_penalty_near_zero_keeps_the_logits_finite():
     out = repetition_penalty(logits, torch.tensor([[True, True, False]]), 5e-324)
     assert torch.isfinite(out).all() and out.argmax().item() == 0 and out[0, 2] == 1.0
     assert torch.isfinite(torch.log_softmax(out, dim=-1)).any()
+
+
+def test_a_temperature_or_top_p_near_zero_samples_the_greedy_token():
+    """The slow fuzz's finds over the real engine: ``temperature`` 5e-324 (valid: any positive one) divided
+    every log-prob to -inf, the softmax went NaN and /v1/completions answered 500; ``top_p`` 5e-324 dropped
+    every token. Both are greedy's limit."""
+    from groundplan.llm.sampling import generator, sample
+
+    logprobs = torch.log_softmax(torch.tensor([[0.5, 2.0, -1.0], [3.0, 0.0, 2.9]]), dim=-1)
+    assert sample(logprobs, 5e-324, 1.0, generator(0)) == [1, 0]
+    assert sample(logprobs, 5e-324, 0.5, generator(0)) == [1, 0]
+    assert sample(logprobs, 1.0, 5e-324, generator(0)) == [1, 0]  # top-p near 0 keeps the top token
+    flat = torch.log_softmax(torch.zeros(1, 49152), dim=-1)  # the largest log-prob as low as it gets
+    assert 0 <= sample(flat, 5e-324, 1.0, generator(0))[0] < 49152

@@ -85,8 +85,36 @@ def test_appended_special_tokens_are_dropped(tokens):
     eos = next(iter(tokens.eos))
     ids, offs = tokens.strip_appended([5, 6, eos], [(0, 1), (1, 2), (0, 0)])
     assert ids == [5, 6] and offs == [(0, 1), (1, 2)]
-    ids, ends = tokens.encoded([5, eos], [(0, 1), (0, 0)], shift=10)
-    assert ids.tolist() == [5] and ends.tolist() == [11]
+    text = tokens.token_text(5)
+    ids, ends = tokens.encoded([5, eos], [(0, len(text)), (0, 0)], text, shift=10)
+    assert ids.tolist() == [5] and ends.tolist() == [10 + len(text)]
+
+
+def test_spans_come_from_the_tokens_bytes_not_the_reported_offsets(tokens):
+    """After a character outside the Basic Multilingual Plane the tokenizer reports '-' with the span of the
+    character before it; counted from the tokens' bytes, '-' is the option's own token (the fuzz's request
+    that got a 400 for a valid body), and a token inside a character spans all of it."""
+    prompt = "e\U00099e0b"
+    _, plans, fulls = tokens.split(prompt, ["-", "O"])
+    assert [_texts(tokens, f[-1:]) for f in fulls] == [["-"], ["O"]]
+    assert [len(p.segment) - p.scored_from for p in plans] == [1, 1]
+    text, ids, starts = tokens.prompt_tokens(prompt + "-")
+    assert starts[0] == 0 and starts[-1] == 2 and all(s == 1 for s in starts[1:-1])
+
+
+def test_without_a_context_token_options_are_conditioned_on_the_prefix_token(tokens):
+    """SmolLM2 adds no BOS. When an option merges into a one-token prompt ('env' + 'e' is one token) or the
+    prompt encodes to nothing ('\x04': no token has that byte), nothing is left to condition the option on:
+    every encoding of the request then starts with the prefix token (BOS), and a request that has a context
+    keeps its encodings as they were."""
+    assert tokens.tokenizer("env", add_special_tokens=True).input_ids[0] != tokens.prefix_id
+    for prompt, options in [("env", ["e", " x"]), ("\x04", ["a", "b"])]:
+        ctx, plans, fulls = tokens.split(prompt, options)
+        assert ctx.tolist() == [tokens.prefix_id] and all(f[0] == tokens.prefix_id for f in fulls)
+        assert [tokens.tokenizer.decode(p.segment) for p in plans] == [prompt.strip("\x04") + o for o in options]
+    assert _texts(tokens, plans[0].segment[plans[0].scored_from:]) == ["a"]
+    ctx, _, fulls = tokens.split("I would like a pine", ["apple", " pear"])
+    assert ctx[0] != tokens.prefix_id and fulls[0][0] != tokens.prefix_id
 
 
 def test_options_that_add_nothing_are_refused(tokens):
@@ -94,3 +122,5 @@ def test_options_that_add_nothing_are_refused(tokens):
         tokens.split("prompt", [])
     with pytest.raises(InvalidInputError, match="adds no tokens"):
         tokens.split("prompt", [" a", ""])
+    with pytest.raises(InvalidInputError, match="adds no tokens"):  # SmolLM2's vocabulary has no token for 0x04
+        tokens.split("prompt", [" a", "\x04"])

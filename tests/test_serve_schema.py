@@ -26,9 +26,11 @@ Checks on every response: ``not_a_server_error``, ``status_code_conformance``, `
 statuses a valid request may still get from the state of the server, which no schema can hold: 404 (no
 such session, task or sweep), 409 (a finished session, two sweeps that cannot be compared), 410, 413 (the
 body limit) and 429. Never 400 nor 422: a body the schema calls valid and the server refuses is a failure,
-so the schema says exactly what the server accepts. One refusal is the model's, not the server's: a token
-id past the model's vocabulary (:data:`FuzzLM.VOCAB`), which the schema cannot know (a Serve ingress has no
-model), is a 400 (:func:`past_vocabulary`).
+so the schema says exactly what the server accepts. Two refusals are the model's, not the server's, which
+the schema cannot know (a Serve ingress has no model): a token id past the model's vocabulary
+(:data:`FuzzLM.VOCAB`) and a text its tokenizer encodes to no token at all (SmolLM2's vocabulary lacks a
+few bytes, '\x04' among them: an option made of them adds nothing to score) are a 400
+(:func:`models_refusal`).
 A mutated request whose path was damaged may reach another route or none: it is held to "no 5xx" only.
 The CI run asserts at least :data:`CI_EXAMPLES` examples per route, the slow one :data:`SLOW_EXAMPLES`::
 
@@ -150,6 +152,24 @@ def past_vocabulary(body: Any, vocab: int) -> bool:
     return any(isinstance(i, (int, float)) and not isinstance(i, bool) and i >= vocab for i in ids)
 
 
+def unseen_text(body: Any, encodes_nothing: Callable[[str], bool]) -> bool:
+    """Whether a score or completions body holds a text (its prompt or an option) the served model's tokenizer
+    encodes to no token."""
+    if not isinstance(body, dict):
+        return False
+    texts = [body.get("prompt")] + (body.get("options") if isinstance(body.get("options"), list) else [])
+    texts += body["prompt"] if isinstance(body.get("prompt"), list) else []
+    return any(isinstance(t, str) and encodes_nothing(t) for t in texts)
+
+
+def models_refusal(body: Any, response: Any, fuzz: Fuzz) -> bool:
+    """Whether ``response`` is the model's refusal of a valid body, which the schema cannot know: a 400 for a
+    token id past the served model's vocabulary, or for a text its tokenizer encodes to no token."""
+    return response.status_code == 400 and (
+        (past_vocabulary(body, fuzz.vocab) and "vocabulary" in response.text)
+        or unseen_text(body, fuzz.encodes_nothing))
+
+
 def config(viewer_dir: str | None) -> ServeConfig:
     return ServeConfig(planners=[{"name": "saycan", "label": "SayCan", "affordance": "kitchen_value"},
                                  {"name": "saycan_novf", "label": "No-VF"}], envs=[{"name": e} for e in ENVS],
@@ -168,12 +188,14 @@ LABELS = sorted(operations(schemathesis.openapi.from_asgi("/openapi.json", local
 
 class Fuzz:
     """One app with its schema, its live sessions and a raw ASGI client for mutated requests. ``lm``: the
-    served model, :class:`FuzzLM` or a real engine; ``vocab``: its number of token ids."""
+    served model, :class:`FuzzLM` or a real engine; ``vocab``: its number of token ids; ``encodes_nothing``:
+    whether its tokenizer encodes a text to no token (never, for :class:`FuzzLM`, whose words are tokens)."""
 
-    def __init__(self, viewer_dir: Path, lm: Any, vocab: int) -> None:
+    def __init__(self, viewer_dir: Path, lm: Any, vocab: int,
+                 encodes_nothing: Callable[[str], bool] = lambda text: False) -> None:
         (viewer_dir / RUN).mkdir(parents=True, exist_ok=True)
         (viewer_dir / RUN / "traces.jsonl").write_text("")
-        self.model, self.vocab = lm.name, vocab
+        self.model, self.vocab, self.encodes_nothing = lm.name, vocab, encodes_nothing
         self.app = local_app(config(str(viewer_dir)), lm, token=TOKEN)
         self.schema = schemathesis.openapi.from_asgi("/openapi.json", self.app)
         self.schema.config.generation.update(with_security_parameters=False)  # the token is this test's to send
@@ -402,9 +424,8 @@ def run_route(fuzz: Fuzz, label: str, target: int) -> dict[str, collections.Coun
         case = fuzz.steered(data, data.draw(op.as_strategy(GenerationMode.POSITIVE), label="case"))
         response = fuzz.send(case)
         seen["positive"][response.status_code] += 1
-        models_refusal = (response.status_code == 400 and past_vocabulary(case.body, fuzz.vocab)
-                          and "vocabulary" in response.text)
-        case.validate_response(response, checks=CHECKS + ([] if models_refusal else [positive_data_acceptance]),
+        refused_by_model = models_refusal(case.body, response, fuzz)
+        case.validate_response(response, checks=CHECKS + ([] if refused_by_model else [positive_data_acceptance]),
                                headers=AUTH)
 
     def negative(data: st.DataObject) -> None:
@@ -451,11 +472,11 @@ def fuzz_long(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     ``HFLanguageModel``, on a 2-layer random Llama with SmolLM2's tokenizer: its tokenizer, batcher, KV cache
     and sampler answer every request)."""
     if request.param == "fuzz-lm":
-        lm, vocab = FuzzLM(), FuzzLM.VOCAB
+        fuzz = Fuzz(tmp_path_factory.mktemp("viewer"), FuzzLM(), FuzzLM.VOCAB)
     else:
         lm = tiny_llama_lm(tmp_path_factory.mktemp("tiny-llama"), seed=0)
-        vocab = lm.model.config.vocab_size
-    fuzz = Fuzz(tmp_path_factory.mktemp("viewer"), lm, vocab)
+        fuzz = Fuzz(tmp_path_factory.mktemp("viewer"), lm, lm.model.config.vocab_size,
+                    lambda text: not lm.tokenizer(text, add_special_tokens=False).input_ids)
     yield fuzz
     fuzz.close()
 

@@ -31,11 +31,17 @@ class OptionPlan:
 
 
 def split_at_boundary(options: Sequence[str], encodings: Sequence[tuple[np.ndarray, np.ndarray]],
-                      prompt_len: int) -> tuple[np.ndarray, list[OptionPlan], list[np.ndarray]]:
+                      prompt_len: int, prefix_id: int | None = None) -> tuple[np.ndarray, list[OptionPlan], list[np.ndarray]]:
     """The context every option shares and each option's plan after it, from each joint ``prompt + option``
     encoding (token ids, each token's end in the text) and the prompt's length in the same unit (characters
     for a transformers tokenizer, bytes for llama.cpp's): an option's first token is the first whose span
-    ends past the prompt; the shared context is the longest common prefix of the encodings before that."""
+    ends past the prompt; the shared context is the longest common prefix of the encodings before that.
+
+    A model without BOS has nothing to condition an option's first token on when that token is the text's
+    first (a prompt of one token that an option merges into: 'env' + 'e'; a prompt the tokenizer encodes to
+    nothing): then, given ``prefix_id``, every encoding of the request starts with that token, as
+    lm-evaluation-harness conditions an empty context on its ``prefix_token_id`` (BOS, else end-of-text).
+    Requests that have a context are unchanged."""
     if not options:
         raise InvalidInputError("score() needs at least one option")
     fulls, firsts = [], []
@@ -45,21 +51,29 @@ def split_at_boundary(options: Sequence[str], encodings: Sequence[tuple[np.ndarr
         first = int(past[0]) if len(past) else None
         if not opt or first is None:
             raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
-        if first == 0:
-            raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
         fulls.append(ids)
         firsts.append(first)
-    shared = min(firsts)
-    base = fulls[0][:shared]
-    for f in fulls[1:]:
-        neq = np.flatnonzero(f[:shared] != base)
-        if len(neq):
-            shared = int(neq[0])
-            base = base[:shared]
+    if prefix_id is not None and (min(firsts) == 0 or _common_prefix(fulls, min(firsts)) == 0):
+        fulls = [np.concatenate([np.asarray([prefix_id], dtype=np.int64), f]) for f in fulls]
+        firsts = [k + 1 for k in firsts]
+    if min(firsts) == 0:
+        raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
+    shared = _common_prefix(fulls, min(firsts))
     if shared == 0:
         raise InvalidInputError("the options share no prompt tokens to condition on")
+    base = fulls[0][:shared]
     plans = [OptionPlan(f[shared:], k - shared) for f, k in zip(fulls, firsts)]
     return base, plans, fulls
+
+
+def _common_prefix(fulls: Sequence[np.ndarray], limit: int) -> int:
+    """How many leading tokens, at most ``limit``, all encodings share."""
+    shared = limit
+    for f in fulls[1:]:
+        neq = np.flatnonzero(f[:shared] != fulls[0][:shared])
+        if len(neq):
+            shared = int(neq[0])
+    return shared
 
 
 def splice_cut(prompt: str, options: Sequence[str]) -> int:
@@ -103,7 +117,12 @@ class BoundaryTokenizer:
         #: whether the last-line splice may be used (byte-level BPE); settable to force joint encodings
         self.line_splice = _pretokenizes_by_regex(tokenizer)
         self.eos = {i for i in [tokenizer.eos_token_id] if i is not None}
+        #: what an option is conditioned on when the prompt leaves no token before it (see split_at_boundary)
+        self.prefix_id: int | None = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         self._token_texts: dict[int, str] = {}
+        self._byte_level = _decodes_byte_level(tokenizer)
+        self._token_bytes: list[bytes] | None = None  # each token's bytes (byte-level; built on first use)
+        self._byte_widths: np.ndarray | None = None  # and their lengths
 
     def encode(self, text: str) -> np.ndarray:
         """``text``'s token ids, special tokens the tokenizer adds (BOS) included."""
@@ -115,10 +134,67 @@ class BoundaryTokenizer:
             ids, offs = ids[:-1], offs[:-1]
         return ids, offs
 
-    def encoded(self, ids: Sequence[int], offs: Sequence[Sequence[int]], shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """(token ids, each token's character end + ``shift``) as arrays, appended special tokens dropped."""
+    def encoded(self, ids: Sequence[int], offs: Sequence[Sequence[int]], text: str, shift: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(token ids, each token's character end in ``text`` + ``shift``) as arrays, appended special tokens
+        dropped.
+
+        A byte-level tokenizer's ends are counted from its tokens' own bytes, not from the offsets it
+        reports: around characters outside the Basic Multilingual Plane those offsets can be wrong (in
+        'e\U00099e0b-' the tokenizer gives '-' the span of the character before it, so '-' seemed to add no
+        token to the prompt 'e\U00099e0b'). A token that ends inside a character ends with it, as the
+        offsets would have it. Where the bytes do not add up to the text's (a normaliser that rewrites it),
+        the reported offsets stand."""
         ids, offs = self.strip_appended(list(ids), [tuple(o) for o in offs])
-        return np.asarray(ids, dtype=np.int64), np.asarray([e for _, e in offs], dtype=np.int64).reshape(-1) + shift
+        spans = self._byte_level_spans(ids, offs, text)
+        ends = spans[1] if spans is not None else np.asarray([e for _, e in offs], dtype=np.int64).reshape(-1)
+        return np.asarray(ids, dtype=np.int64), ends + shift
+
+    def _byte_level_spans(self, ids: Sequence[int], offs: Sequence[tuple[int, int]],
+                          text: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each token's character start and end in ``text``, from the tokens' own bytes (None: not
+        byte-level, or the tokens' bytes are not, in order, in ``text``'s).
+
+        A token's bytes are found in the text's in order. Usually they tile it; but a byte the vocabulary
+        lacks is dropped without a trace (SmolLM2's has no 0xF2, the lead byte of some characters outside the
+        Basic Multilingual Plane), and then the tokens after it are located past the gap. A token that starts
+        or ends inside a character starts or ends with it (the character's span, as offsets would give it)."""
+        if not self._byte_level or not len(ids):
+            return None
+        if self._token_bytes is None:
+            self._token_bytes = _token_bytes(self.tokenizer)
+            self._byte_widths = np.asarray([len(b) for b in self._token_bytes], dtype=np.int64)
+        ids_arr = np.asarray(ids, dtype=np.int64)
+        sizes = self._byte_widths[ids_arr]
+        prepended = np.asarray([i in self.special and tuple(o) == (0, 0) for i, o in zip(ids, offs)])
+        sizes = np.where(prepended, 0, sizes)  # special tokens the post-processor adds (BOS) span no text
+        byte_ends = np.cumsum(sizes)
+        raw = text.encode("utf-8", "surrogatepass")
+        if byte_ends[-1] != len(raw) or len(raw) != len(text):  # not ASCII text tiled by the tokens
+            located = self._locate(ids, sizes, raw)
+            if located is None:
+                return None
+            byte_ends = located
+        byte_starts = byte_ends - sizes
+        if len(raw) == len(text):  # ASCII: a byte is a character
+            return byte_starts, byte_ends
+        char_ends = np.cumsum([len(c.encode("utf-8", "surrogatepass")) for c in text])
+        return (np.searchsorted(char_ends, byte_starts, side="right"),
+                np.where(byte_ends == 0, 0, np.searchsorted(char_ends, byte_ends, side="left") + 1))
+
+    def _locate(self, ids: Sequence[int], sizes: np.ndarray, raw: bytes) -> np.ndarray | None:
+        """Each token's byte end in ``raw``, its bytes found in order from where the previous token ended
+        (None: one is not there)."""
+        if int(sizes.sum()) == len(raw):
+            return np.cumsum(sizes)
+        ends, pos = [], 0
+        for i, n in zip(ids, sizes):
+            if n:
+                at = raw.find(self._token_bytes[int(i)], pos)
+                if at < 0:
+                    return None
+                pos = at + int(n)
+            ends.append(pos)
+        return np.asarray(ends, dtype=np.int64)
 
     def joint_encodings(self, prompt: str, options: Sequence[str], splice: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """Token ids and each token's character end, of every ``prompt + option`` as the tokenizer
@@ -140,17 +216,17 @@ class BoundaryTokenizer:
             first = self.tokenizer(joint[0], add_special_tokens=True, return_offsets_mapping=True)
             k = _tokens_before(first["offset_mapping"], cut)
             if k is not None:
-                ids0, ends0 = self.encoded(first["input_ids"], first["offset_mapping"])
+                ids0, ends0 = self.encoded(first["input_ids"], first["offset_mapping"], joint[0])
                 enc = self.tokenizer([t[cut:] for t in joint], add_special_tokens=False, return_offsets_mapping=True)
                 spliced = []
-                for ids, offs in zip(enc["input_ids"], enc["offset_mapping"]):
-                    tail_ids, tail_ends = self.encoded(ids, offs, cut)
+                for t, ids, offs in zip(joint, enc["input_ids"], enc["offset_mapping"]):
+                    tail_ids, tail_ends = self.encoded(ids, offs, t[cut:], cut)
                     spliced.append((np.concatenate([ids0[:k], tail_ids]), np.concatenate([ends0[:k], tail_ends])))
                 if np.array_equal(ids0, spliced[0][0]) and np.array_equal(ends0, spliced[0][1]):
                     return spliced
                 self.stats.splice_fallbacks += 1
         enc = self.tokenizer(joint, add_special_tokens=True, return_offsets_mapping=True)
-        return [self.encoded(ids, offs) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+        return [self.encoded(ids, offs, t) for t, ids, offs in zip(joint, enc["input_ids"], enc["offset_mapping"])]
 
     def split(self, prompt: str, options: Sequence[str], splice: bool = True) -> tuple[np.ndarray, list[OptionPlan], list[np.ndarray]]:
         """Tokenise ``prompt + option`` jointly and find each option's own tokens (see the module doc).
@@ -158,7 +234,7 @@ class BoundaryTokenizer:
         Returns the context shared by all options, each option's segment after it, and each option's
         full joint encoding (for the reference path, which encodes every option jointly: ``splice=False``)."""
         encodings = self.joint_encodings(prompt, options, splice=splice) if options else []
-        return split_at_boundary(options, encodings, len(prompt))
+        return split_at_boundary(options, encodings, len(prompt), self.prefix_id)
 
     def token_text(self, token_id: int) -> str:
         """One token decoded on its own (memoised: echo responses decode every token of every text)."""
@@ -185,7 +261,9 @@ class BoundaryTokenizer:
                 offs = [tuple(o) for o in batch["offset_mapping"][at]]
                 at += 1
                 ids, offs = self.strip_appended(ids, offs)
-                out.append((prompt, np.asarray(ids, dtype=np.int64), [int(o[0]) for o in offs]))
+                spans = self._byte_level_spans(ids, offs, prompt)  # byte-level: starts as in encoded()
+                starts = spans[0].tolist() if spans is not None else [int(o[0]) for o in offs]
+                out.append((prompt, np.asarray(ids, dtype=np.int64), [int(o) for o in starts]))
             else:
                 out.append(self._id_prompt(prompt))
         return out
@@ -217,6 +295,35 @@ def _tokens_before(offsets: Sequence[Sequence[int]], cut: int) -> int | None:
     if k == 0 or k == len(offsets) or offsets[k][0] < cut or offsets[k - 1][1] != cut:
         return None
     return k
+
+
+def _token_bytes(tokenizer: Any) -> list[bytes]:
+    """Every token's bytes, for a byte-level tokenizer: an added token's are its content's, any other's its
+    symbols mapped back to bytes (GPT-2's byte-to-symbol table; a symbol outside it stands for itself)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    to_byte = {u: b for b, u in bytes_to_unicode().items()}
+    added = {int(i): t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
+    symbols = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    out = []
+    for i, sym in enumerate(symbols):
+        if i in added:
+            out.append(added[i].encode("utf-8", "surrogatepass"))
+        else:
+            out.append(b"".join(bytes([to_byte[c]]) if c in to_byte else c.encode("utf-8", "surrogatepass")
+                                for c in (sym or "")))
+    return out
+
+
+def _decodes_byte_level(tokenizer: Any) -> bool:
+    """Whether a fast tokenizer's tokens are byte-level symbols (GPT-2's ``ByteLevel`` decoder: one symbol
+    per byte), so a token's byte length is its symbol count."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    dec = json.loads(backend.to_str()).get("decoder") or {}
+    parts = dec.get("decoders", [dec]) if dec.get("type") == "Sequence" else [dec]
+    return any(p.get("type") == "ByteLevel" for p in parts)
 
 
 def _pretokenizes_by_regex(tokenizer: Any) -> bool:

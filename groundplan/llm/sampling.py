@@ -37,15 +37,26 @@ def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float)
     return torch.where(seen, penalised.clamp(-big, big), logits)
 
 
+MIN_TEMPERATURE = 1e-30  #: the lowest temperature :func:`sample` divides by
+
+
 def sample(logprobs: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> list[int]:
-    """Greedy (T=0) or temperature + nucleus (top-p) sampling from [n, V] log-probs."""
+    """Greedy (T=0) or temperature + nucleus (top-p) sampling from [n, V] log-probs.
+
+    A temperature below :data:`MIN_TEMPERATURE` samples at that one: any positive temperature is valid, but
+    5e-324 is 0 in float32 and made every log-prob -inf and the softmax NaN. The largest log-prob is at least
+    -log V (above -20 for any vocabulary), so divided by 1e-30 it stays finite in float32 and bfloat16, while
+    the smallest gap float32 resolves near it (1e-6) becomes 1e24: greedy's limit. Temperatures above it
+    are divided as before, bit for bit. Top-p keeps at least the most likely token, as Hugging Face's
+    ``TopPLogitsWarper`` does (``min_tokens_to_keep=1``)."""
     if temperature == 0:
         return logprobs.argmax(dim=-1).tolist()
-    probs = torch.softmax(logprobs / temperature, dim=-1).cpu()
+    probs = torch.softmax(logprobs / max(temperature, MIN_TEMPERATURE), dim=-1).cpu()
     if top_p < 1.0:
         sorted_p, order = probs.sort(dim=-1, descending=True)
         cum = sorted_p.cumsum(dim=-1)
         drop = (cum - sorted_p) >= top_p  # keep the smallest set whose mass reaches top_p
+        drop[:, 0] = False  # and the top token always (a top_p of 5e-324 is 0 in float32: it dropped them all)
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(1, order, sorted_p)
     return torch.multinomial(probs, 1, generator=gen).squeeze(1).tolist()
