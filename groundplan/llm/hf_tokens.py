@@ -142,8 +142,8 @@ class BoundaryTokenizer:
         reports: around characters outside the Basic Multilingual Plane those offsets can be wrong (in
         'e\U00099e0b-' the tokenizer gives '-' the span of the character before it, so '-' seemed to add no
         token to the prompt 'e\U00099e0b'). A token that ends inside a character ends with it, as the
-        offsets would have it. Where the bytes do not add up to the text's (a normaliser that rewrites it),
-        the reported offsets stand."""
+        offsets would have it. Where the tokens' bytes are not, in order, the text's (a normaliser that
+        rewrites it), the reported offsets stand."""
         ids, offs = self.strip_appended(list(ids), [tuple(o) for o in offs])
         spans = self._byte_level_spans(ids, offs, text)
         ends = spans[1] if spans is not None else np.asarray([e for _, e in offs], dtype=np.int64).reshape(-1)
