@@ -137,11 +137,12 @@ def test_only_regex_pretokenizers_are_spliced():
     from transformers import PreTrainedTokenizerFast
 
     from groundplan.llm.hf import _pretokenizes_by_regex
+    from groundplan.llm.hf_tokens import _tokenizer_spec
 
     def fast(pre):
         tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1}, merges=[]))
         tok.pre_tokenizer = pre
-        return PreTrainedTokenizerFast(tokenizer_object=tok)
+        return _tokenizer_spec(PreTrainedTokenizerFast(tokenizer_object=tok))
 
     assert _pretokenizes_by_regex(fast(pre_tokenizers.ByteLevel(add_prefix_space=False)))
     llama3 = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\p{L}+|\s+"), behavior="isolated"),

@@ -53,12 +53,13 @@ def split_at_boundary(options: Sequence[str], encodings: Sequence[tuple[np.ndarr
             raise InvalidInputError(f"option {opt!r} adds no tokens to the prompt")
         fulls.append(ids)
         firsts.append(first)
-    if prefix_id is not None and (min(firsts) == 0 or _common_prefix(fulls, min(firsts)) == 0):
+    shared = _common_prefix(fulls, min(firsts))  # 0 too when an option's first token is the text's
+    if shared == 0 and prefix_id is not None:
         fulls = [np.concatenate([np.asarray([prefix_id], dtype=np.int64), f]) for f in fulls]
         firsts = [k + 1 for k in firsts]
+        shared = _common_prefix(fulls, min(firsts))
     if min(firsts) == 0:
         raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
-    shared = _common_prefix(fulls, min(firsts))
     if shared == 0:
         raise InvalidInputError("the options share no prompt tokens to condition on")
     base = fulls[0][:shared]
@@ -114,13 +115,14 @@ class BoundaryTokenizer:
         self.tokenizer = tokenizer
         self.stats = stats
         self.special = set(tokenizer.all_special_ids)
+        spec = _tokenizer_spec(tokenizer)
         #: whether the last-line splice may be used (byte-level BPE); settable to force joint encodings
-        self.line_splice = _pretokenizes_by_regex(tokenizer)
+        self.line_splice = _pretokenizes_by_regex(spec)
         self.eos = {i for i in [tokenizer.eos_token_id] if i is not None}
         #: what an option is conditioned on when the prompt leaves no token before it (see split_at_boundary)
         self.prefix_id: int | None = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         self._token_texts: dict[int, str] = {}
-        self._byte_level = _decodes_byte_level(tokenizer)
+        self._byte_level = _decodes_byte_level(spec)
         self._token_bytes: list[bytes] | None = None  # each token's bytes (byte-level; built on first use)
         self._byte_widths: np.ndarray | None = None  # and their lengths
 
@@ -163,17 +165,17 @@ class BoundaryTokenizer:
         if self._token_bytes is None:
             self._token_bytes = _token_bytes(self.tokenizer)
             self._byte_widths = np.asarray([len(b) for b in self._token_bytes], dtype=np.int64)
-        ids_arr = np.asarray(ids, dtype=np.int64)
-        sizes = self._byte_widths[ids_arr]
-        prepended = np.asarray([i in self.special and tuple(o) == (0, 0) for i, o in zip(ids, offs)])
-        sizes = np.where(prepended, 0, sizes)  # special tokens the post-processor adds (BOS) span no text
+        sizes = self._byte_widths[np.asarray(ids, dtype=np.int64)]
+        k = 0  # special tokens the post-processor puts before the text (BOS) span none of it
+        while k < len(ids) and ids[k] in self.special and tuple(offs[k]) == (0, 0):
+            k += 1
+        sizes[:k] = 0
         byte_ends = np.cumsum(sizes)
         raw = text.encode("utf-8", "surrogatepass")
-        if byte_ends[-1] != len(raw) or len(raw) != len(text):  # not ASCII text tiled by the tokens
-            located = self._locate(ids, sizes, raw)
-            if located is None:
+        if byte_ends[-1] != len(raw):  # a byte the vocabulary lacks was dropped: find the tokens past it
+            byte_ends = self._locate(ids, sizes, raw)
+            if byte_ends is None:
                 return None
-            byte_ends = located
         byte_starts = byte_ends - sizes
         if len(raw) == len(text):  # ASCII: a byte is a character
             return byte_starts, byte_ends
@@ -184,8 +186,6 @@ class BoundaryTokenizer:
     def _locate(self, ids: Sequence[int], sizes: np.ndarray, raw: bytes) -> np.ndarray | None:
         """Each token's byte end in ``raw``, its bytes found in order from where the previous token ended
         (None: one is not there)."""
-        if int(sizes.sum()) == len(raw):
-            return np.cumsum(sizes)
         ends, pos = [], 0
         for i, n in zip(ids, sizes):
             if n:
@@ -263,7 +263,7 @@ class BoundaryTokenizer:
                 ids, offs = self.strip_appended(ids, offs)
                 spans = self._byte_level_spans(ids, offs, prompt)  # byte-level: starts as in encoded()
                 starts = spans[0].tolist() if spans is not None else [int(o[0]) for o in offs]
-                out.append((prompt, np.asarray(ids, dtype=np.int64), [int(o) for o in starts]))
+                out.append((prompt, np.asarray(ids, dtype=np.int64), starts))
             else:
                 out.append(self._id_prompt(prompt))
         return out
@@ -315,25 +315,30 @@ def _token_bytes(tokenizer: Any) -> list[bytes]:
     return out
 
 
-def _decodes_byte_level(tokenizer: Any) -> bool:
-    """Whether a fast tokenizer's tokens are byte-level symbols (GPT-2's ``ByteLevel`` decoder: one symbol
-    per byte), so a token's byte length is its symbol count."""
+def _tokenizer_spec(tokenizer: Any) -> dict:
+    """A fast tokenizer's definition (its tokenizer.json) as a dict, {} for a slow one; parsed once per
+    tokenizer (a quarter of a second for SmolLM2's)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return False
-    dec = json.loads(backend.to_str()).get("decoder") or {}
-    parts = dec.get("decoders", [dec]) if dec.get("type") == "Sequence" else [dec]
-    return any(p.get("type") == "ByteLevel" for p in parts)
+    return json.loads(backend.to_str()) if backend is not None else {}
 
 
-def _pretokenizes_by_regex(tokenizer: Any) -> bool:
-    """Whether a fast tokenizer splits text into pieces by a regular expression before merging
-    (byte-level BPE's ``ByteLevel(use_regex=True)``, or a ``Split`` by pattern as Llama 3's), the
-    condition for encoding a prompt's last line apart from the lines before it."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return False
-    pre = json.loads(backend.to_str()).get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+def _components(spec: dict, section: str, listed: str) -> list[dict]:
+    """The parts of a tokenizer definition's ``section`` (``decoder``, ``pre_tokenizer``): a ``Sequence``'s
+    ``listed`` parts, else the section itself."""
+    part = spec.get(section) or {}
+    return part.get(listed, [part]) if part.get("type") == "Sequence" else [part]
+
+
+def _decodes_byte_level(spec: dict) -> bool:
+    """Whether a tokenizer (its definition, :func:`_tokenizer_spec`) has byte-level symbols as tokens (GPT-2's
+    ``ByteLevel`` decoder: one symbol per byte), so a token's bytes are its symbols mapped back."""
+    return any(p.get("type") == "ByteLevel" for p in _components(spec, "decoder", "decoders"))
+
+
+def _pretokenizes_by_regex(spec: dict) -> bool:
+    """Whether a tokenizer (its definition, :func:`_tokenizer_spec`) splits text into pieces by a regular
+    expression before merging (byte-level BPE's ``ByteLevel(use_regex=True)``, or a ``Split`` by pattern as
+    Llama 3's), the condition for encoding a prompt's last line apart from the lines before it."""
+    parts = _components(spec, "pre_tokenizer", "pretokenizers")
     return any((p.get("type") == "ByteLevel" and p.get("use_regex", True)) or
                (p.get("type") == "Split" and "Regex" in (p.get("pattern") or {})) for p in parts)
