@@ -1,63 +1,93 @@
-"""How well a learned Can ranks EAI's skills: the measurement behind SayCan's learned-Can row on EAI.
+"""How well learned Cans, and SayCan's two LLM scores, rank EAI's skills: the choice behind SayCan's
+learned-Can row on EAI, made on the Cans' validation tasks.
 
 SayCan multiplies the LLM score of every skill by its affordance (Ahn et al. 2022, Algorithm 1), so a Can
-helps only if it ranks the feasible, useful next step above the ~245 others of an EAI task. For the test
-tasks of ``configs/eai_virtualhome.yaml`` (EAI's 20-task sample), this walks each gold program's first
-``--steps`` steps and asks the Can for p_can of every skill after the gold history. It reports the gold
-step's rank among the skills (1 = best) beside a random ranking's expected rank ((n + 1) / 2), the share
-of gold steps in the Can's top 10, and the spread of p_can over a step's skills (a flat Can cannot
-prune). Each task's gold program is played in the env, so the history is the gold one.
+helps only if it ranks the feasible, useful next step above the ~245 others of an EAI task. For each task,
+this walks the gold program's first ``--steps`` steps and ranks every skill after the gold history: by each
+Can's p_can, and with ``--llm`` by the LM's score of SayCan's prompt (sum and mean of the option's token
+log-probs) and by the two combined (:mod:`groundplan.evaluation.eai.can_probe`). ``--tasks validation``
+(the default) probes the models' validation tasks (their lineage; every model must hold the same ones),
+``--tasks test`` the 20-task test sample of ``configs/eai_virtualhome.yaml``, to describe a choice already
+made, never to make one.
 
-    python benchmarks/probe_eai_can.py --model models:/can-eai/1 --steps 3
+    python benchmarks/probe_eai_can.py --model models:/can-eai/1 --model models:/can-eai-listed/1 \\
+        --llm smollm2-135m-instruct --output docs/results/data/eai/can_choice_validation.json
 
-The last line is ``result: key=value ...``.
+The data file renders as a ``<!-- can-probe: FILE -->`` block (``groundplan tables --render PAGE``). The
+last line is ``result: key=value ...``.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import statistics
-
-import numpy as np
 
 log = logging.getLogger("probe_eai_can")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="models:/can-eai/1")
+    ap.add_argument("--model", action="append", help="a Can model URI or folder (repeat to compare)")
     ap.add_argument("--tracking-uri", default="sqlite:///outputs/train/mlruns/mlflow.db")
+    ap.add_argument("--tasks", choices=["validation", "test"], default="validation")
+    ap.add_argument("--llm", default=None, help="an LM name: adds the LLM and SayCan scorers")
+    ap.add_argument("--prompt", default="saycan_eai", help="SayCan's prompt (as in configs/eai_virtualhome.yaml)")
     ap.add_argument("--steps", type=int, default=3, help="gold steps probed per task")
-    ap.add_argument("--limit", type=int, default=20)
+    ap.add_argument("--limit", type=int, default=20, help="the test sample's size (--tasks test)")
     ap.add_argument("--sample-seed", type=int, default=0)
+    ap.add_argument("--output", default=None, help="write the data file here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    from groundplan.envs.virtualhome.eai.env import task_skills
-    from groundplan.envs.virtualhome.eai.tasks import load_task, sample_ids
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.envs.virtualhome.eai.tasks import sample_ids
+    from groundplan.evaluation.eai import can_probe
+    from groundplan.grounding.canpay.model import resolve_model_folder
     from groundplan.grounding.saycanpay import LearnedCanPay
 
-    source = LearnedCanPay(can_model=args.model, tracking_uri=args.tracking_uri, device="cpu")
-    ranks, random_ranks, top10, spreads = [], [], [], []
-    for task_id in sample_ids("official", args.limit, args.sample_seed):
-        task = load_task(task_id)
-        skills = list(task_skills(task_id))
-        gold = list(task.reference_skills)
-        for t in range(min(args.steps, len(gold))):
-            if gold[t] not in skills:
-                continue
-            can = source.score_sequences(task.prompt, "", [(gold[:t], s) for s in skills]).can
-            rank = 1 + int(np.sum(can > can[skills.index(gold[t])]))
-            ranks.append(rank)
-            random_ranks.append((len(skills) + 1) / 2)
-            top10.append(rank <= 10)
-            spreads.append(float(np.percentile(can, 90) - np.percentile(can, 10)))
-            log.info("%s step %d %s: rank %d of %d, p_can %.3f (skills: min %.3f median %.3f max %.3f)", task_id,
-                     t + 1, gold[t], rank, len(skills), can[skills.index(gold[t])], can.min(), np.median(can), can.max())
-    print(f"result: gold_steps={len(ranks)} median_rank={statistics.median(ranks):.0f} "
-          f"random_median_rank={statistics.median(random_ranks):.0f} mean_rank={statistics.mean(ranks):.1f} "
-          f"random_mean_rank={statistics.mean(random_ranks):.1f} top10={sum(top10)}/{len(top10)} "
-          f"p_can_p90_minus_p10_median={statistics.median(spreads):.3f}")
+    models = args.model or ["models:/can-eai/1"]
+    labels = [m.removeprefix("models:/").split("/")[0] for m in models]
+    cans = {label: LearnedCanPay(can_model=m, tracking_uri=args.tracking_uri, device="cpu") for label, m in zip(labels, models)}
+    if args.tasks == "validation":
+        held = {m: can_probe.validation_tasks(resolve_model_folder(m, args.tracking_uri), m) for m in models}
+        if len({tuple(v) for v in held.values()}) > 1:
+            raise InvalidInputError("the models hold different validation tasks, so no choice between them is paired: "
+                                    + "; ".join(f"{m}: {len(v)}" for m, v in held.items()))
+        task_ids = held[models[0]]
+    else:
+        task_ids = sample_ids("official", args.limit, args.sample_seed)
+    lm = None
+    if args.llm:
+        from groundplan.llm.hf import HFLanguageModel
+
+        lm = HFLanguageModel(model=args.llm)
+    log.info("probing %d %s tasks, %d gold steps each, with %s%s", len(task_ids), args.tasks, args.steps,
+             ", ".join(models), f" and {args.llm}" if lm else "")
+    rows = []
+    for r in can_probe.probe(task_ids, cans, lm, prompt=args.prompt, steps=args.steps):
+        log.info("%s step %d %s (%d skills): %s", r["task"], r["step"], r["gold"], r["skills"],
+                 ", ".join(f"{k} {v}" for k, v in r["ranks"].items()))
+        rows.append(r)
+    pairs, choices = [], {}
+    if len(labels) > 1:
+        pairs.append((f"can {labels[0]}", f"can {labels[1]}"))
+        choices["Can"] = [f"can {label}" for label in labels]
+    if lm is not None:
+        combined = [f"SayCan {mode} × {label}" for mode in can_probe.LLM_SCORES for label in labels]
+        pairs += [(f"SayCan sum × {label}", f"SayCan mean × {label}") for label in labels]
+        choices["SayCan scorer"] = combined
+    meta = {"title": f"Gold-step ranks on the {args.tasks} tasks" + (f", {args.llm}" if lm else ""),
+            "tasks": f"{args.tasks} tasks", "models": models, "llm": args.llm, "prompt": args.prompt,
+            "steps": args.steps, "pairs": pairs, "choices": choices}
+    if args.output:
+        can_probe.write(args.output, rows, **meta)
+    print(can_probe.render_markdown({**meta, "rows": rows}))
+    summary = {s["scorer"]: s for s in can_probe.summarise(rows)}
+    print("result: " + f"tasks={len(task_ids)} gold_steps={len(rows)} " + " ".join(
+        f"{k.replace(' ', '_').replace('×', 'x')}_median_rank={_fmt(v['median'])}" for k, v in summary.items()))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
 if __name__ == "__main__":

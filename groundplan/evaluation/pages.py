@@ -1,8 +1,9 @@
 """Every marked block of a results page re-rendered from its data file, whatever its kind.
 
 The kinds are the episode outcomes (:mod:`~groundplan.evaluation.outcomes`), EAI's published figures
-(:mod:`~groundplan.evaluation.eai.published`), the precision check (:mod:`~groundplan.evaluation.precision`)
-and the point-goal navigator (:mod:`~groundplan.evaluation.saynav`); each module gives its ``MARK`` and its
+(:mod:`~groundplan.evaluation.eai.published`), the precision check (:mod:`~groundplan.evaluation.precision`),
+the point-goal navigator (:mod:`~groundplan.evaluation.saynav`) and EAI's Can probe
+(:mod:`~groundplan.evaluation.eai.can_probe`); each module gives its ``MARK`` and its
 ``block`` renderer, and :func:`~groundplan.evaluation.page_blocks.rewrite_blocks` is the one loop. Behind
 ``groundplan tables --render PAGE`` and the test that re-renders every page.
 """
@@ -12,11 +13,11 @@ from pathlib import Path
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.evaluation import outcomes, precision, saynav
-from groundplan.evaluation.eai import published
+from groundplan.evaluation.eai import can_probe, published
 from groundplan.evaluation.page_blocks import rewrite_blocks
 
 #: the modules whose marked blocks a page may hold
-KINDS = (outcomes, published, precision, saynav)
+KINDS = (outcomes, published, precision, saynav, can_probe)
 
 
 def render_page(page: str | Path, write: bool = True, required: bool = True) -> str:
@@ -31,7 +32,7 @@ def render_page(page: str | Path, write: bool = True, required: bool = True) -> 
         blocks += found
     if required and not blocks:
         raise InvalidInputError(f"{page} holds no block to render (<!-- outcomes: FILE -->, <!-- published-table: "
-                                "FILE -->, <!-- precision: FILE --> or <!-- pointnav: FILE -->)")
+                                "FILE -->, <!-- precision: FILE -->, <!-- pointnav: FILE --> or <!-- can-probe: FILE -->)")
     if write and text != old:
         page.write_text(text, encoding="utf-8")
     return text

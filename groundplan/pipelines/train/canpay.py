@@ -221,7 +221,7 @@ def train_loop(config: dict[str, Any]) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(ids)
+            total += float(loss.detach()) * len(ids)
             count += len(ids)
             step += 1
         metrics = {"epoch": epoch + 1, "train_loss": total / max(count, 1), "epoch_s": time.perf_counter() - t0}

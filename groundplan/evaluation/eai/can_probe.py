@@ -1,0 +1,186 @@
+"""Which learned Can, and which LLM score, SayCan uses on EAI's tasks: chosen on validation tasks.
+
+SayCan picks argmax over skills of log p_LLM + log p_can (Ahn et al. 2022, Algorithm 1), so on EAI's 125-450
+skills a task a scorer helps only if it ranks the step the task needs above the others. EAI's tasks reach
+no goal with a 135M or 270M model, so an episode's success cannot tell two scorers apart; the rank of the
+gold step can. This walks each task's gold program (the history is the gold one) and, at each of its first
+steps, ranks every skill by
+
+- ``can <model>``: the learned Can's p_can alone;
+- ``LLM sum`` / ``LLM mean``: the planner's own prompt scored by the LM, the option's token log-probs
+  summed or averaged (``SayCanConfig.llm_score``);
+- ``SayCan <sum|mean> × <model>``: the two combined as the planner combines them.
+
+The tasks are a model's *validation* tasks (its ``lineage.json``), held out from its training by what it
+reads, and never the test sample, so the choice it makes is made on validation (the guide's rule). The
+data file keeps one row per gold step; :func:`block` renders the table and the paired comparisons from
+it (``<!-- can-probe: FILE -->``).
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from groundplan.core.stats import clustered_mean_interval, holm_adjust, mcnemar_exact
+
+MARK = re.compile(r"(?P<open><!-- can-probe: (?P<path>\S+) -->\n)(?P<body>.*?)(?P<close><!-- /can-probe -->)", re.S)
+LLM_SCORES = ("sum", "mean")
+
+
+def rank_of(values: np.ndarray, index: int) -> int:
+    """1 + the number of skills scored strictly higher than ``values[index]`` (ties favour the gold step,
+    as SayCan's first-maximum argmax may)."""
+    return 1 + int(np.sum(values > values[index]))
+
+
+def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = None, prompt: str = "saycan_eai",
+          steps: int = 3, max_instruction_chars: int = 20000) -> list[dict[str, Any]]:
+    """One row per probed gold step: the task, the step, the number of skills and the gold step's rank under
+    every scorer (module docstring). ``cans`` maps a label to a ``saycanpay_learned`` source; ``lm`` (a
+    :class:`~groundplan.llm.base.LanguageModel`) adds the LLM and SayCan scorers, through SayCan's prompt
+    ``prompt`` built as the planner builds it."""
+    from groundplan.core.validation import validate_instruction
+    from groundplan.envs.virtualhome.eai.env import task_skills
+    from groundplan.envs.virtualhome.eai.tasks import load_task
+    from groundplan.planners.prompt_files import load_prompt
+    from groundplan.planners.saycan import build_prompt, format_step
+
+    few_shot = load_prompt(prompt) if lm is not None else ""
+    rows = []
+    for task_id in task_ids:
+        task = load_task(task_id)
+        skills = list(task_skills(task_id))
+        gold = list(task.reference_skills)
+        text = build_prompt(few_shot, validate_instruction(task.prompt, max_instruction_chars))
+        for t in range(min(steps, len(gold))):
+            if gold[t] not in skills:  # a gold line EAI's vocabulary lacks (e.g. [SLEEP]): nothing to rank
+                break
+            g = skills.index(gold[t])
+            ranks: dict[str, int] = {}
+            log_can = {}
+            for label, source in cans.items():
+                can = np.asarray(source.score_sequences(task.prompt, "", [(gold[:t], s) for s in skills]).can, dtype=float)
+                ranks[f"can {label}"] = rank_of(can, g)
+                with np.errstate(divide="ignore"):
+                    log_can[label] = np.log(can)
+            if lm is not None:
+                scores = lm.score(text, [" " + s for s in skills])
+                for mode in LLM_SCORES:
+                    llm = np.array([s.logprob_sum if mode == "sum" else s.logprob_mean for s in scores], dtype=float)
+                    ranks[f"LLM {mode}"] = rank_of(llm, g)
+                    for label, lc in log_can.items():
+                        ranks[f"SayCan {mode} × {label}"] = rank_of(llm + lc, g)
+            rows.append({"task": task_id, "step": t + 1, "skills": len(skills), "gold": gold[t], "ranks": ranks})
+            text += format_step(gold[t], t + 1, False)
+    return rows
+
+
+def _by_task(rows: Iterable[Mapping[str, Any]], scorer: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        out.setdefault(r["task"], []).append(int(r["ranks"][scorer]))
+    return out
+
+
+def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per scorer: gold steps, tasks, median and mean rank (the mean's interval clustered by task: a task's
+    steps share its prompt and scene), gold steps in the top 10."""
+    scorers = list(dict.fromkeys(k for r in rows for k in r["ranks"]))
+    out = []
+    for s in ["random", *scorers]:
+        if s == "random":
+            ranks = [(r["skills"] + 1) / 2 for r in rows]
+            clusters = {}
+            for r in rows:
+                clusters.setdefault(r["task"], []).append((r["skills"] + 1) / 2)
+        else:
+            ranks = [int(r["ranks"][s]) for r in rows]
+            clusters = _by_task(rows, s)
+        mean, lo, hi = clustered_mean_interval(list(clusters.values()))
+        out.append({"scorer": s, "steps": len(ranks), "tasks": len(clusters), "median": statistics.median(ranks),
+                    "mean": mean, "lo": lo, "hi": hi,
+                    "top10": None if s == "random" else sum(r <= 10 for r in ranks)})
+    return out
+
+
+def compare(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Paired by task: the sign test on the tasks where one scorer's mean gold rank is lower than the other's
+    (exact, two-sided; ties dropped), Holm-adjusted over ``pairs``."""
+    out = []
+    for a, b in pairs:
+        ta, tb = _by_task(rows, a), _by_task(rows, b)
+        a_better = sum(statistics.mean(ta[t]) < statistics.mean(tb[t]) for t in ta)
+        b_better = sum(statistics.mean(tb[t]) < statistics.mean(ta[t]) for t in ta)
+        out.append({"a": a, "b": b, "tasks": len(ta), "a_better": a_better, "b_better": b_better,
+                    "p": mcnemar_exact(a_better, b_better)})
+    for rec, adj in zip(out, holm_adjust([r["p"] for r in out])):
+        rec["p_holm"] = adj
+    return out
+
+
+def choice(summary: Sequence[Mapping[str, Any]], among: Sequence[str]) -> str:
+    """The rule the configs follow: the lowest median gold rank, then the lowest mean rank."""
+    rows = [s for s in summary if s["scorer"] in among]
+    return min(rows, key=lambda s: (s["median"], s["mean"]))["scorer"]
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+
+
+def render_markdown(data: Mapping[str, Any]) -> str:
+    """The probe's table, its paired comparisons and the choices, from one data file."""
+    rows = data["rows"]
+    summary = summarise(rows)
+    tasks = len({r["task"] for r in rows})
+    lines = [f"{data.get('title', 'Gold-step ranks')}: {len(rows)} gold steps of {tasks} {data.get('tasks', 'tasks')}, "
+             f"{min(r['skills'] for r in rows)} to {max(r['skills'] for r in rows)} skills a task.", "",
+             "| scorer | gold steps (tasks) | median rank of the gold step | mean rank [95% CI, clustered by task] "
+             "| gold step in the top 10 |", "|---|---|---|---|---|"]
+    for s in summary:
+        top = "–" if s["top10"] is None else f"{s['top10']}/{s['steps']}"
+        label = "random ranking (expected)" if s["scorer"] == "random" else f"`{s['scorer']}`"
+        lines.append(f"| {label} | {s['steps']} ({s['tasks']}) | {_num(s['median'])} | {s['mean']:.1f} "
+                     f"[{s['lo']:.1f}, {s['hi']:.1f}] | {top} |")
+    pairs = [tuple(p) for p in data.get("pairs", [])]
+    if pairs:
+        lines += ["", "| paired by task (mean gold rank) | tasks | first lower | second lower | sign test p | Holm p |",
+                  "|---|---|---|---|---|---|"]
+        for c in compare(rows, pairs):
+            lines.append(f"| `{c['a']}` vs `{c['b']}` | {c['tasks']} | {c['a_better']} | {c['b_better']} "
+                         f"| {c['p']:.3g} | {c['p_holm']:.3g} |")
+    for name, among in data.get("choices", {}).items():
+        lines += ["", f"Chosen {name} (lowest median gold rank, then mean): **`{choice(summary, among)}`** "
+                      f"among {', '.join(f'`{a}`' for a in among)}."]
+    return "\n".join(lines) + "\n"
+
+
+def block(data: Path, m: re.Match) -> str:
+    """A ``<!-- can-probe: FILE -->`` block, from the probe's data file."""
+    return render_markdown(json.loads(data.read_text(encoding="utf-8")))
+
+
+def write(path: str | Path, rows: Sequence[Mapping[str, Any]], **meta: Any) -> Path:
+    """The data file: ``meta`` (title, tasks, pairs, choices, command, models) and the rows."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**meta, "rows": list(rows)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def validation_tasks(folder: str | Path, source: str) -> list[str]:
+    """The validation task ids of a trained model (its lineage), sorted; an error if it has none."""
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.grounding.canpay.lineage import load_lineage
+
+    lineage = load_lineage(folder, source)
+    ids = sorted({e.task_id for e in (lineage.examples if lineage else []) if e.role == "validation"})
+    if not ids:
+        raise InvalidInputError(f"{source} carries no validation tasks in its lineage: retrain it with `groundplan train`")
+    return ids
+
