@@ -33,7 +33,7 @@ def test_the_gold_step_is_ranked_under_every_scorer_through_the_planners_own_pro
     gold = list(load_task("124_1").reference_skills)
     n = len(task_skills("124_1"))
     lm = FakeLM()  # -5 a whitespace token: every option's mean is equal (ties favour the gold step)
-    rows = can_probe.probe(["124_1"], {"good": GoldCan(gold, 0.9, 0.1), "bad": GoldCan(gold, 0.1, 0.9)}, lm, steps=2)
+    rows = list(can_probe.probe(["124_1"], {"good": GoldCan(gold, 0.9, 0.1), "bad": GoldCan(gold, 0.1, 0.9)}, lm, steps=2))
     assert [(r["task"], r["step"], r["gold"], r["skills"]) for r in rows] == [("124_1", 1, gold[0], n), ("124_1", 2, gold[1], n)]
     for r in rows:
         ranks = r["ranks"]

@@ -22,7 +22,7 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -39,8 +39,8 @@ def rank_of(values: np.ndarray, index: int) -> int:
 
 
 def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = None, prompt: str = "saycan_eai",
-          steps: int = 3, max_instruction_chars: int = 20000) -> list[dict[str, Any]]:
-    """One row per probed gold step: the task, the step, the number of skills and the gold step's rank under
+          steps: int = 3, max_instruction_chars: int = 20000) -> Iterator[dict[str, Any]]:
+    """One row per probed gold step, yielded as it is scored (a step costs seconds to a minute): the task, the step, the number of skills and the gold step's rank under
     every scorer (module docstring). ``cans`` maps a label to a ``saycanpay_learned`` source; ``lm`` (a
     :class:`~groundplan.llm.base.LanguageModel`) adds the LLM and SayCan scorers, through SayCan's prompt
     ``prompt`` built as the planner builds it."""
@@ -51,7 +51,6 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
     from groundplan.planners.saycan import build_prompt, format_step
 
     few_shot = load_prompt(prompt) if lm is not None else ""
-    rows = []
     for task_id in task_ids:
         task = load_task(task_id)
         skills = list(task_skills(task_id))
@@ -75,9 +74,8 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
                     ranks[f"LLM {mode}"] = rank_of(llm, g)
                     for label, lc in log_can.items():
                         ranks[f"SayCan {mode} × {label}"] = rank_of(llm + lc, g)
-            rows.append({"task": task_id, "step": t + 1, "skills": len(skills), "gold": gold[t], "ranks": ranks})
+            yield {"task": task_id, "step": t + 1, "skills": len(skills), "gold": gold[t], "ranks": ranks}
             text += format_step(gold[t], t + 1, False)
-    return rows
 
 
 def _by_task(rows: Iterable[Mapping[str, Any]], scorer: str) -> dict[str, list[int]]:
