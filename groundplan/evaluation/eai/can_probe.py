@@ -41,7 +41,8 @@ def rank_of(values: np.ndarray, index: int) -> int:
 def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = None, prompt: str = "saycan_eai",
           steps: int = 3, max_instruction_chars: int = 20000) -> Iterator[dict[str, Any]]:
     """One row per probed gold step, yielded as it is scored (a step costs seconds to a minute): the task,
-    the step, the number of skills and the gold step's rank under every scorer (module docstring). ``cans`` maps a label to a ``saycanpay_learned`` source; ``lm`` (a
+    the step, the number of skills and the gold step's rank under every scorer (module docstring).
+    ``cans`` maps a label to a ``saycanpay_learned`` source; ``lm`` (a
     :class:`~groundplan.llm.base.LanguageModel`) adds the LLM and SayCan scorers, through SayCan's prompt
     ``prompt`` built as the planner builds it."""
     from groundplan.core.validation import validate_instruction
