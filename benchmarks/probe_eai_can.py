@@ -83,11 +83,7 @@ def main() -> None:
     print(can_probe.render_markdown({**meta, "rows": rows}))
     summary = {s["scorer"]: s for s in can_probe.summarise(rows)}
     print("result: " + f"tasks={len(task_ids)} gold_steps={len(rows)} " + " ".join(
-        f"{k.replace(' ', '_').replace('×', 'x')}_median_rank={_fmt(v['median'])}" for k, v in summary.items()))
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
+        f"{k.replace(' ', '_').replace('×', 'x')}_median_rank={can_probe.format_rank(v['median'])}" for k, v in summary.items()))
 
 
 if __name__ == "__main__":

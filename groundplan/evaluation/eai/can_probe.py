@@ -22,7 +22,7 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -79,10 +79,18 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
             text += format_step(gold[t], t + 1, False)
 
 
-def _by_task(rows: Iterable[Mapping[str, Any]], scorer: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
+def _rank(scorer: str) -> Callable[[Mapping[str, Any]], float]:
+    """A row's gold rank under ``scorer``; ``random``: a random ranking's expected rank, (n + 1) / 2."""
+    if scorer == "random":
+        return lambda r: (r["skills"] + 1) / 2
+    return lambda r: int(r["ranks"][scorer])
+
+
+def _by_task(rows: Iterable[Mapping[str, Any]], scorer: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    rank = _rank(scorer)
     for r in rows:
-        out.setdefault(r["task"], []).append(int(r["ranks"][scorer]))
+        out.setdefault(r["task"], []).append(rank(r))
     return out
 
 
@@ -92,14 +100,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     scorers = list(dict.fromkeys(k for r in rows for k in r["ranks"]))
     out = []
     for s in ["random", *scorers]:
-        if s == "random":
-            ranks = [(r["skills"] + 1) / 2 for r in rows]
-            clusters = {}
-            for r in rows:
-                clusters.setdefault(r["task"], []).append((r["skills"] + 1) / 2)
-        else:
-            ranks = [int(r["ranks"][s]) for r in rows]
-            clusters = _by_task(rows, s)
+        ranks = [_rank(s)(r) for r in rows]
+        clusters = _by_task(rows, s)
         mean, lo, hi = clustered_mean_interval(list(clusters.values()))
         out.append({"scorer": s, "steps": len(ranks), "tasks": len(clusters), "median": statistics.median(ranks),
                     "mean": mean, "lo": lo, "hi": hi,
@@ -112,10 +114,11 @@ def compare(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]])
     (exact, two-sided; ties dropped), Holm-adjusted over ``pairs``."""
     out = []
     for a, b in pairs:
-        ta, tb = _by_task(rows, a), _by_task(rows, b)
-        a_better = sum(statistics.mean(ta[t]) < statistics.mean(tb[t]) for t in ta)
-        b_better = sum(statistics.mean(tb[t]) < statistics.mean(ta[t]) for t in ta)
-        out.append({"a": a, "b": b, "tasks": len(ta), "a_better": a_better, "b_better": b_better,
+        ma = {t: statistics.mean(v) for t, v in _by_task(rows, a).items()}
+        mb = {t: statistics.mean(v) for t, v in _by_task(rows, b).items()}
+        a_better = sum(ma[t] < mb[t] for t in ma)
+        b_better = sum(mb[t] < ma[t] for t in ma)
+        out.append({"a": a, "b": b, "tasks": len(ma), "a_better": a_better, "b_better": b_better,
                     "p": mcnemar_exact(a_better, b_better)})
     for rec, adj in zip(out, holm_adjust([r["p"] for r in out])):
         rec["p_holm"] = adj
@@ -128,7 +131,8 @@ def choice(summary: Sequence[Mapping[str, Any]], among: Sequence[str]) -> str:
     return min(rows, key=lambda s: (s["median"], s["mean"]))["scorer"]
 
 
-def _num(x: float) -> str:
+def format_rank(x: float) -> str:
+    """A median rank as the tables print it: whole ranks without a decimal, a midpoint with one."""
     return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
@@ -144,7 +148,7 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     for s in summary:
         top = "–" if s["top10"] is None else f"{s['top10']}/{s['steps']}"
         label = "random ranking (expected)" if s["scorer"] == "random" else f"`{s['scorer']}`"
-        lines.append(f"| {label} | {s['steps']} ({s['tasks']}) | {_num(s['median'])} | {s['mean']:.1f} "
+        lines.append(f"| {label} | {s['steps']} ({s['tasks']}) | {format_rank(s['median'])} | {s['mean']:.1f} "
                      f"[{s['lo']:.1f}, {s['hi']:.1f}] | {top} |")
     pairs = [tuple(p) for p in data.get("pairs", [])]
     if pairs:
@@ -165,7 +169,8 @@ def block(data: Path, m: re.Match) -> str:
 
 
 def write(path: str | Path, rows: Sequence[Mapping[str, Any]], **meta: Any) -> Path:
-    """The data file: ``meta`` (title, tasks, pairs, choices, command, models) and the rows."""
+    """The data file: ``meta`` (what :func:`render_markdown` reads: title, tasks, pairs, choices; and what the run
+    was: models, llm, prompt, steps) and the rows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({**meta, "rows": list(rows)}, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
