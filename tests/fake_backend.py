@@ -7,10 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundplan.llm import LLM_BACKENDS
+from pydantic import ConfigDict
+
+from groundplan.llm import LLM_BACKENDS, LLMCapabilities
+from groundplan.llm.options import BackendOptions
 from tests.fakes import SlowLM
 
 NAME = "fake_slow"
+
+
+class FakeOptions(BackendOptions):
+    """A fake backend's typed options: none, and what the fakes do (score and sample; no beam search)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def capabilities(self) -> LLMCapabilities:
+        return LLMCapabilities(score=True, generate=True)
 
 
 def make_slow_lm(**_: Any) -> SlowLM:
@@ -18,4 +31,4 @@ def make_slow_lm(**_: Any) -> SlowLM:
 
 
 if NAME not in LLM_BACKENDS.names():
-    LLM_BACKENDS.register(NAME)(make_slow_lm)
+    LLM_BACKENDS.register(NAME, config=FakeOptions)(make_slow_lm)

@@ -120,6 +120,16 @@ def test_sweep_traces_become_leaderboard_rows(tmp_path):
     text = run_tables([run])
     assert "EAI action sequencing, official semantics, 2 shared tasks" in text and "gpt-4o-2024-05-13" in text
     assert "rank" in text
+    # the exported outcomes carry the judge's verdicts, so a page renders the row from data
+    from groundplan.evaluation.outcomes import export_outcomes
+
+    episodes = {e["task_id"]: e for e in export_outcomes([run])["episodes"]}
+    for s in ("official", "corrected"):
+        want = {v.task_id: float(v.success) for v in board.verdicts[s][ours] if v.scored}
+        assert {i: e[f"success_{s}"] for i, e in episodes.items() if f"success_{s}" in e} == want
+    # closed loop: refused steps (none for the oracle), no executability (it holds by construction)
+    assert all(e["refused_steps"] == 0.0 and e["no_refused_step"] == 1.0 for e in episodes.values())
+    assert not any(k.startswith("executable") for e in episodes.values() for k in e)
 
 
 def test_inner_monologue_plays_eai_skills_with_success_feedback(env):

@@ -89,6 +89,12 @@ def test_the_answer_to_eai_prompt_is_kept_played_judged_as_text_and_resumed(tmp_
     for s in ("official", "corrected"):
         expected = [judge.score_text(i, answer_for(prompts[i]), SEMANTICS[s]) for i in sorted(IDS)]
         assert board.verdicts[s][entries[0].name] == expected
+        # the exported outcomes: the same verdicts, executability included (open loop), no refused steps
+        measures = leaderboard.episode_measures(run_traces(run_folders([cfg.run_dir])), judge=judge)
+        by_task = {t.task_id: measures[t.episode_id] for t in result.traces}
+        assert [(by_task[v.task_id][f"success_{s}"], by_task[v.task_id][f"executable_{s}"]) for v in expected] == [
+            (float(v.success), float(v.executable)) for v in expected]
+        assert not any("refused_steps" in m for m in by_task.values())
 
     # a rerun asks the model nothing: every episode is in the run folder
     again = PromptKeyedLM()

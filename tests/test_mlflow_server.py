@@ -178,7 +178,9 @@ def test_a_server_that_dies_during_the_sweep_costs_the_run_not_the_results(serve
 
     TO_STOP[:] = [dying]
     if STOPPING_BACKEND not in LLM_BACKENDS.names():
-        LLM_BACKENDS.register(STOPPING_BACKEND)(StopsTheServer)
+        from tests.fake_backend import FakeOptions
+
+        LLM_BACKENDS.register(STOPPING_BACKEND, config=FakeOptions)(StopsTheServer)
     cfg = _eval_yaml(tmp_path / "dies.yaml", tmp_path / "out", "dies", llm={"backend": STOPPING_BACKEND, "model": "fake"})
     run_dir = (tmp_path / "out" / "dies").resolve()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", dying.uri)
@@ -326,8 +328,9 @@ def test_train_registers_a_can_model_on_the_server_and_an_eval_loads_it_by_name(
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
     monkeypatch.setenv("GROUNDPLAN_CACHE_DIR", str(tmp_path / "cache"))  # a fresh download, not a cached copy
+    # the test split: the lineage check refuses tasks the Can trained on (the first of the family is one)
     cfg = _eval_yaml(tmp_path / "learned.yaml", tmp_path / "out", "learned", planners=[LEARNED_PLANNER],
-                     env={"name": "kitchen", "options": {"mode": "language"}})
+                     env={"name": "kitchen", "options": {"mode": "language", "split": "test"}})
     assert main(["eval", str(cfg), "--local", "--no-progress"]) == 0, capsys.readouterr()
     traces = list(read_traces(tmp_path / "out" / "learned" / "traces.jsonl"))
     assert len(traces) == 1 and traces[0].error is None and traces[0].steps

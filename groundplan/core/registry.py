@@ -50,13 +50,17 @@ class Registry(Generic[T]):
         if plugin is not None:
             self._origins[name] = plugin
 
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: ``@ENVS.register("kitchen")`` above a class or factory function."""
+    def register(self, name: str, config: type | str | None = None) -> Callable[[T], T]:
+        """Decorator: ``@ENVS.register("kitchen", config=KitchenConfig)`` above a class or factory function.
+        ``config``: the plugin's typed options (a pydantic model or ``"module:Class"``), as for
+        :meth:`register_lazy`."""
 
         def deco(obj: T) -> T:
             if self._items.get(name) is not obj:
                 self._claim(name)
                 self._items[name] = obj
+                if config is not None:
+                    self._configs[name] = config
             return obj
 
         return deco

@@ -93,6 +93,11 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
         if table_kind(config) == "saycanpay":  # Table 4's cost-effectiveness and plan length, as its tables read them
             traces, done = scored_against_experts(traces, config["env"]["name"], config["env"].get("options"))
             traces = [dataclasses.replace(t, metrics={"length": plan_length(t, done), **t.metrics}) for t in traces]
+        if table_kind(config) == "eai":  # EAI's judge: success under both semantics, refused steps
+            from groundplan.evaluation.eai.leaderboard import episode_measures
+
+            judged = episode_measures(traces)
+            traces = [dataclasses.replace(t, metrics={**t.metrics, **judged[t.episode_id]}) for t in traces]
         marks = trace_marks(traces)
         for t in traces:
             if t.error:

@@ -22,7 +22,7 @@ def load_llm(backend: str = "hf", **options: Any) -> LanguageModel:
 def _backend_options(backend: str) -> Any:
     """The backend's typed options class when it declares capabilities (a
     :class:`~groundplan.llm.options.BackendOptions`); None
-    for a backend registered without one (e.g. a test fake), which is then neither checked nor probed."""
+    for a backend registered without one, which is then neither checked nor probed."""
     from groundplan.llm.options import BackendOptions
 
     cls = LLM_BACKENDS.config_class(backend)

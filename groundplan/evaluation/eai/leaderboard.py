@@ -62,6 +62,12 @@ def executed_steps(trace: EpisodeTrace) -> list[tuple[str, list[str]]]:
     return [parse_skill(s.chosen) for s in trace.steps if not s.done and s.success]
 
 
+def refused_steps(trace: EpisodeTrace) -> int:
+    """The steps of a closed-loop episode that the simulator refused (failed attempts): a closed-loop row's
+    own measure, since its executed program is executable by construction."""
+    return sum(1 for s in trace.steps if not s.done and s.success is False)
+
+
 @dataclass
 class Entry:
     """One leaderboard row's answers: task id -> answer text (stored, open loop) or trace (closed loop)."""
@@ -94,6 +100,11 @@ def answer_text(trace: EpisodeTrace) -> str | None:
     return trace.steps[0].info.get("answer") if trace.steps else None
 
 
+def row_name(trace: EpisodeTrace) -> str:
+    """The leaderboard row an episode belongs to: its planner and LLM."""
+    return f"{trace.planner} [{trace.llm}]"
+
+
 def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
     """Rows from eval traces of the ``virtualhome_eai`` env, one per (planner, LLM): an open-loop planner's
     row is judged on the answers it wrote, as a stored LLM's (an episode that raised before answering
@@ -104,7 +115,7 @@ def run_entries(traces: Iterable[EpisodeTrace]) -> list[Entry]:
     for t in traces:
         if t.env != EAI_ENV:
             raise InvalidInputError(f"episode {t.episode_id} is from env {t.env!r}; EAI's rows need {EAI_ENV!r} runs")
-        name = f"{t.planner} [{t.llm}]"
+        name = row_name(t)
         if t.task_id in rows[name]:
             raise InvalidInputError(f"{name} has two episodes of task {t.task_id} (another seed?): EAI's simulator is "
                                     "deterministic, give one seed per row")
@@ -183,7 +194,7 @@ def build(entries: list[Entry], semantics: Sequence[str] = ("official", "correct
     for e in ours:
         if e.kind == "closed_loop":
             episodes = [t for t in e.answers.values() if t.task_id in shared]
-            failed = [sum(1 for st in t.steps if not st.done and st.success is False) for t in episodes]
+            failed = [refused_steps(t) for t in episodes]
             wall = sum(t.wall_s for t in episodes)
             clean = sum(f == 0 for f in failed)
             lo, hi = wilson_interval(clean, len(failed)) if failed else (0.0, 1.0)
@@ -194,6 +205,37 @@ def build(entries: list[Entry], semantics: Sequence[str] = ("official", "correct
                                       "episode_wall_s": round(wall, 1),
                                       "episodes_per_s": round(len(episodes) / wall, 4) if wall else None}
     return board
+
+
+def episode_measures(traces: Sequence[EpisodeTrace], semantics: Sequence[str] = ("official", "corrected"),
+                     judge: EAIJudge | None = None) -> dict[str, dict[str, float]]:
+    """Per episode id, the judge's verdicts as outcome measures, so an EAI run's tables can be rendered from
+    exported episode outcomes (``groundplan tables --export``) as the leaderboard judges them: ``success_<s>``
+    under each semantics (absent where it does not score the task); ``executable_<s>`` for open-loop rows
+    only (a closed-loop row's executed program is executable by construction, see the module); for
+    closed-loop rows the steps the simulator refused (``refused_steps``) and whether there were none
+    (``no_refused_step``); and the goals satisfied under the last semantics (``goals_satisfied``: node, edge
+    and action goals). Each row is open or closed loop as :func:`run_entries` classes it."""
+    traces = sorted(traces, key=lambda t: t.task_id)  # task-major: the judge's step cache holds a task's prefixes
+    kinds = {e.name: e.kind for e in run_entries(traces)}
+    judge = judge or EAIJudge()
+    out: dict[str, dict[str, float]] = {}
+    for t in traces:
+        closed = kinds[row_name(t)] == "closed_loop"
+        m: dict[str, float] = {}
+        for s in semantics:
+            v = (judge.score_steps(t.task_id, executed_steps(t), SEMANTICS[s]) if closed
+                 else judge.score_text(t.task_id, answer_text(t) or "", SEMANTICS[s]))
+            if v.scored:
+                m[f"success_{s}"] = float(v.success)
+                if not closed:
+                    m[f"executable_{s}"] = float(v.executable)
+            m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)
+        if closed:
+            refused = refused_steps(t)
+            m.update(refused_steps=float(refused), no_refused_step=float(refused == 0))
+        out[t.episode_id] = m
+    return out
 
 
 def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str],
