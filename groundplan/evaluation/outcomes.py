@@ -90,10 +90,11 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
         runs.append({"name": name, "config_hash": stable_hash(config, 12), "env": config["env"]["name"],
                      "env_options": config["env"].get("options", {}), "model": config.get("llm", {}).get("model")})
         traces = with_config_declarations(run_traces([folder]), [config])
-        if table_kind(config) == "saycanpay":  # Table 4's cost-effectiveness and plan length, as its tables read them
+        kind = table_kind(config)
+        if kind == "saycanpay":  # Table 4's cost-effectiveness and plan length, as its tables read them
             traces, done = scored_against_experts(traces, config["env"]["name"], config["env"].get("options"))
             traces = [dataclasses.replace(t, metrics={"length": plan_length(t, done), **t.metrics}) for t in traces]
-        if table_kind(config) == "eai":  # EAI's judge: success under both semantics, refused steps
+        if kind == "eai":  # EAI's judge: success under both semantics, refused steps
             from groundplan.evaluation.eai.leaderboard import episode_measures
 
             judged = episode_measures(traces)

@@ -100,8 +100,8 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     scorers = list(dict.fromkeys(k for r in rows for k in r["ranks"]))
     out = []
     for s in ["random", *scorers]:
-        ranks = [_rank(s)(r) for r in rows]
         clusters = _by_task(rows, s)
+        ranks = [x for task in clusters.values() for x in task]  # every gold step's rank, each computed once
         mean, lo, hi = clustered_mean_interval(list(clusters.values()))
         out.append({"scorer": s, "steps": len(ranks), "tasks": len(clusters), "median": statistics.median(ranks),
                     "mean": mean, "lo": lo, "hi": hi,

@@ -230,7 +230,7 @@ def episode_measures(traces: Sequence[EpisodeTrace], semantics: Sequence[str] = 
                 m[f"success_{s}"] = float(v.success)
                 if not closed:
                     m[f"executable_{s}"] = float(v.executable)
-            m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)
+        m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)  # the last semantics'
         if closed:
             refused = refused_steps(t)
             m.update(refused_steps=float(refused), no_refused_step=float(refused == 0))
