@@ -84,3 +84,31 @@ def test_scored_entry_counts_its_arrays_and_top_k_is_bounded(lm):
     assert full.nbytes - plain.nbytes == 4 * 4 + 4 * TOP_LOGPROBS * 8 + 4 * TOP_LOGPROBS * 4
     with pytest.raises(InvalidInputError, match="top_k"):
         _echo(lm).prompt_logprobs([PROMPT], top_k=TOP_LOGPROBS + 1)
+
+
+def test_a_groups_new_context_tail_runs_in_the_options_forward(lm):
+    """A step's texts whose shared prompt extends a cached one by a few tokens (the next SayCan step, sent
+    as ``prompt + option`` texts): the prompt's new positions run as the first rows of the options' one
+    forward, with every position's log-prob and top tokens a plain forward's, and the prompt is cached."""
+    echo = _echo(lm)
+    echo.prompt_logprobs([PROMPT + o for o in OPTIONS], top_k=1)
+    step = PROMPT + " pick up the coke can, 3."
+    texts = [step + o for o in OPTIONS]
+    calls = []
+    hook = lm.model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        got = echo.prompt_logprobs(texts, top_k=1)
+    finally:
+        hook.remove()
+    assert len(calls) == 1  # the new context tail and the three options in one forward
+    for text, p in zip(texts, got):
+        ids, lp = _plain(lm, text)
+        assert list(p.token_ids) == ids and "".join(p.tokens) == text
+        assert np.allclose(p.logprobs[1:], [float(lp[j - 1, ids[j]]) for j in range(1, len(ids))], atol=TOL, rtol=0)
+        for j in range(1, len(ids)):
+            assert p.top[j][0][1] == pytest.approx(float(lp[j - 1].max()), abs=TOL)
+    before, ran = echo.scorer.stats.forward_tokens, sum(len(p.token_ids) for p in got)
+    again = echo.prompt_logprobs(texts, top_k=1)  # the prompt is cached now: only option tokens (and a few) run
+    assert echo.scorer.stats.forward_tokens - before < ran - 2 * len(echo.scorer.tokens.prompt_tokens(step)[1])
+    for a, g in zip(again, got):
+        assert np.allclose(a.logprobs[1:], g.logprobs[1:], atol=TOL, rtol=0)

@@ -22,7 +22,7 @@ import torch
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import PromptLogprobs
 from groundplan.llm.hf_kv import KV
-from groundplan.llm.hf_scoring import PackedScorer, Prepared
+from groundplan.llm.hf_scoring import FUSE_TAIL_MAX, PackedScorer, Prepared
 from groundplan.llm.hf_tokens import OptionPlan
 from groundplan.llm.prefix_cache import CacheEntry, PrefixCache, common_prefix_len
 
@@ -49,6 +49,21 @@ class ScoredEntry(CacheEntry):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.nbytes += self.token_lp.nbytes + self.top_ids.nbytes + self.top_lp.nbytes
+
+
+@dataclass
+class Positions:
+    """A context's key/values, the raw logits of the token after it, and per position the log-prob of its
+    own token and the top tokens (indexed by position; 0 unused). While ``pending`` > 0 its last ``pending``
+    tokens have not run (they run in the options' forward) and ``last`` is None."""
+
+    ctx: np.ndarray
+    kv: KV
+    last: torch.Tensor | None
+    token_lp: np.ndarray
+    top_ids: np.ndarray
+    top_lp: np.ndarray
+    pending: int = 0
 
 
 class NextLogits:
@@ -97,17 +112,19 @@ class EchoScorer:
         self.scored_cache = scored_cache
         self.nexts = nexts
 
-    def context_positions(self, ctx: np.ndarray) -> tuple[KV, torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`~groundplan.llm.hf_kv.KVContext.context` that also returns each context position's
-        log-prob and top tokens (arrays indexed by position; 0 unused), reusing a :class:`ScoredEntry`'s
-        up to the shared prefix: only the positions after it (and the one before, whose logits predict the
-        first new token) run."""
+    def context_positions(self, ctx: np.ndarray, fuse: bool = False) -> Positions:
+        """:meth:`~groundplan.llm.hf_kv.KVContext.context` that also gives each context position's log-prob and
+        top tokens, reusing a :class:`ScoredEntry`'s up to the shared prefix: only the positions after it (and
+        the one before, whose logits predict the first new token) run. With ``fuse``, when those are at most
+        :data:`~groundplan.llm.hf_scoring.FUSE_TAIL_MAX` tokens after a cached prefix, they do not run here:
+        the result is ``pending`` and they run as the first rows of the options' forward (as a warm ``score``
+        step's tail does), which :meth:`finish_positions` completes. A context with nothing cached runs alone."""
         kvc, stats = self.scorer.kv, self.scorer.stats
         c = len(ctx)
         entry, m = self.scored_cache.lookup(ctx, prefer_shortest=True)
         scored = isinstance(entry, ScoredEntry)
         if scored and m == c == len(entry):
-            return entry.kv, entry.last_logits, entry.token_lp, entry.top_ids, entry.top_lp
+            return Positions(ctx, entry.kv, entry.last_logits, entry.token_lp, entry.top_ids, entry.top_lp)
         start = max(min(m, c) - 1, 0) if scored else 0
         kv = kvc.empty_buffers(c + kvc.max_pack_tokens)
         token_lp = np.zeros(c, dtype=np.float32)
@@ -120,6 +137,8 @@ class EchoScorer:
             token_lp[:start + 1] = entry.token_lp[:start + 1]
             top_ids[:start + 1] = entry.top_ids[:start + 1]
             top_lp[:start + 1] = entry.top_lp[:start + 1]
+            if fuse and c - start <= FUSE_TAIL_MAX:
+                return Positions(ctx, kv, None, token_lp, top_ids, top_lp, pending=c - start)
         ids = torch.as_tensor(ctx[start:], device=kvc.device).unsqueeze(0)
         positions = torch.arange(start, c, device=kvc.device).unsqueeze(0)
         cache = kvc.new_cache(kv, start)
@@ -132,27 +151,39 @@ class EchoScorer:
         last = None
         for a in range(0, c - start, _LOGIT_CHUNK):
             b = min(a + _LOGIT_CHUNK, c - start)
-            if parts is not None:
-                logits = kvc.head_logits(head, hidden[a:b])
-            else:
-                logits = logits_all[a:b].float()
+            logits = kvc.head_logits(head, hidden[a:b]) if parts is not None else logits_all[a:b].float()
             if b == c - start:
                 last = logits[-1].clone()
-            rows = b - a if b < c - start else b - a - 1  # the last position predicts the token after the context
-            if rows <= 0:
-                continue
-            lp = torch.log_softmax(logits[:rows], dim=-1)
-            targets = torch.as_tensor(ctx[start + a + 1:start + a + 1 + rows], device=lp.device)
-            where = slice(start + a + 1, start + a + 1 + rows)
-            token_lp[where] = lp.gather(1, targets.unsqueeze(1)).squeeze(1).cpu().numpy()
-            tv, ti = lp.topk(TOP_LOGPROBS, dim=-1)
-            top_ids[where], top_lp[where] = ti.cpu().numpy(), tv.cpu().numpy()
+            self._fill(ctx, start + a, logits[:b - a if b < c - start else b - a - 1], token_lp, top_ids, top_lp)
         stats.forward_tokens += c - start
         stats.logit_positions += c - start
         kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
         self.scored_cache.insert(ScoredEntry(tokens=np.array(ctx), kv=kv, last_logits=last, token_lp=token_lp,
                                              top_ids=top_ids, top_lp=top_lp))
-        return kv, last, token_lp, top_ids, top_lp
+        return Positions(ctx, kv, last, token_lp, top_ids, top_lp)
+
+    def finish_positions(self, pos: Positions, pr: Prepared) -> None:
+        """Complete a ``pending`` :class:`Positions` from the options' forward that ran its tail
+        (``pr.tail_logits``: row i predicts the token after context position ``start + i``) and cache it."""
+        self._fill(pos.ctx, len(pos.ctx) - pos.pending, pr.tail_logits[:-1], pos.token_lp, pos.top_ids, pos.top_lp)
+        pos.kv, pos.last, pos.pending = pr.kv, pr.tail_logits[-1], 0
+        self.scored_cache.insert(ScoredEntry(tokens=np.array(pos.ctx), kv=pos.kv, last_logits=pos.last,
+                                             token_lp=pos.token_lp, top_ids=pos.top_ids, top_lp=pos.top_lp))
+
+    @staticmethod
+    def _fill(ctx: np.ndarray, at: int, logits: torch.Tensor, token_lp: np.ndarray, top_ids: np.ndarray,
+              top_lp: np.ndarray) -> None:
+        """Positions ``at + 1 ...`` of the arrays from ``logits`` (row i: the logits after context position
+        ``at + i``): the log-prob of the context's own token there and the top tokens."""
+        rows = len(logits)
+        if rows <= 0:
+            return
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        where = slice(at + 1, at + 1 + rows)
+        targets = torch.as_tensor(ctx[where], device=lp.device)
+        token_lp[where] = lp.gather(1, targets.unsqueeze(1)).squeeze(1).cpu().numpy()
+        tv, ti = lp.topk(TOP_LOGPROBS, dim=-1)
+        top_ids[where], top_lp[where] = ti.cpu().numpy(), tv.cpu().numpy()
 
     @torch.inference_mode()
     def prompt_logprobs(self, prompts: Sequence[str | Sequence[int]], top_k: int = 0,
@@ -174,6 +205,7 @@ class EchoScorer:
         encoded = tokens.prompts_tokens(prompts)
         lps: list[list[float | None]] = [[None] for _ in encoded]
         tops: list[list[tuple[tuple[str, float], ...]]] = [[()] for _ in encoded]
+        names: list[list[str] | None] = [None] * len(encoded)  # each token's text
         groups: dict[bytes, list[int]] = {}
         for i, (_, ids, _) in enumerate(encoded):
             if len(ids) > 1:
@@ -183,16 +215,24 @@ class EchoScorer:
                 seqs = [encoded[i][1] for i in members]
                 c = self.group_context(seqs)
                 ctx = seqs[0][:c]
-                kv, last, ctx_lp, ctx_ids, ctx_top = self.context_positions(ctx)
-                pr = Prepared([""] * len(seqs), [OptionPlan(s[c:], 0) for s in seqs], kv, c,
-                              torch.log_softmax(last, dim=-1))
+                pos = self.context_positions(ctx, fuse=self.scorer.fuse_tail)
+                plans = [OptionPlan(s[c:], 0) for s in seqs]
+                if pos.pending:  # the context's tail runs as the first rows of the options' forward
+                    pr = Prepared([""] * len(seqs), plans, pos.kv, c, None, ctx, pos.pending, keep_tail=True)
+                else:
+                    pr = Prepared([""] * len(seqs), plans, pos.kv, c, torch.log_softmax(pos.last, dim=-1))
                 tail_lps, tail_tops, after = self.scorer.packed(pr, TOP_LOGPROBS if top_k else 0, keep_next)
+                if pos.pending:
+                    self.finish_positions(pos, pr)
+                ctx_lp, ctx_ids, ctx_top = pos.token_lp, pos.top_ids, pos.top_lp
                 for i, row in zip(members, after):
                     if row is not None:
                         self.nexts.put(encoded[i][1], row.clone())
                 shared_lp = [float(v) for v in ctx_lp[1:c]]  # the context's positions, once for all its texts
                 shared_top = [self.top(ctx_ids[j], ctx_top[j], top_k) for j in range(1, c)] if top_k else []
+                shared_names = [tokens.token_text(t) for t in ctx.tolist()]
                 for i, tl, tt in zip(members, tail_lps, tail_tops):
+                    names[i] = shared_names + [tokens.token_text(t) for t in encoded[i][1][c:].tolist()]
                     lps[i] += shared_lp + list(tl)
                     if top_k:
                         tops[i] += shared_top
@@ -200,10 +240,10 @@ class EchoScorer:
                     else:
                         tops[i] += [()] * (len(encoded[i][1]) - 1)
             self.scorer.stats.prompt_logprob_texts += len(encoded)
-        return [PromptLogprobs(text=text, token_ids=tuple(int(t) for t in ids),
-                               tokens=tuple(tokens.token_text(int(t)) for t in ids), offsets=tuple(offs),
-                               logprobs=tuple(lp), top=tuple(top))
-                for (text, ids, offs), lp, top in zip(encoded, lps, tops)]
+        return [PromptLogprobs(text=text, token_ids=tuple(ids.tolist()),
+                               tokens=tuple(name if name is not None else map(tokens.token_text, ids.tolist())),
+                               offsets=tuple(offs), logprobs=tuple(lp), top=tuple(top))
+                for (text, ids, offs), lp, top, name in zip(encoded, lps, tops, names)]
 
     def group_context(self, seqs: list[np.ndarray]) -> int:
         """How many leading tokens of a group of texts to treat as their shared context: all they share

@@ -44,6 +44,8 @@ class Prepared:
     last: torch.Tensor | None  # log-probs of the token after the context (None while ``pending`` runs)
     ctx: np.ndarray | None = None  # the context's tokens, kept while ``pending`` runs
     pending: int = 0  # context tokens not computed yet: they run with the first pack (``fuse_tail``)
+    keep_tail: bool = False  # keep the raw logits of every pending row (``tail_logits``), not only the last
+    tail_logits: torch.Tensor | None = None  # [pending, vocab] raw logits of the pending rows, with ``keep_tail``
 
     @property
     def pack_tokens(self) -> int:
@@ -174,7 +176,8 @@ class PackedScorer(EnginePart):
     def forward(self, pr: Prepared, pack: Pack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
-        ``pr.last``. Returns the log-probs at the pack's scored rows (None when it scores none) and the raw
+        ``pr.last`` (and, with ``pr.keep_tail``, ``pr.tail_logits``: the raw logits of every tail row, which
+        the echo path needs for the context's own positions). Returns the log-probs at the pack's scored rows (None when it scores none) and the raw
         logits at its ``ends`` rows (None when it has none)."""
         kvc = self.kv
         ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
@@ -183,8 +186,8 @@ class PackedScorer(EnginePart):
             ids = [pr.ctx[start:], *ids]
             pos = [np.arange(start, pr.past_len), *pos]
             seg_arr = np.concatenate([np.full(tail, -1), seg_arr])
-        rows = [tail - 1] if tail else []
-        rows += [tail + k for k in keep] + [tail + k for k in pack.ends]
+        head = list(range(tail)) if tail and pr.keep_tail else [tail - 1] if tail else []
+        rows = head + [tail + k for k in keep] + [tail + k for k in pack.ends]
         cache = kvc.new_cache(pr.kv, start)
         out = kvc.model(
             input_ids=torch.as_tensor(np.concatenate(ids), device=kvc.device).unsqueeze(0),
@@ -198,10 +201,12 @@ class PackedScorer(EnginePart):
         self.stats.forward_tokens += len(seg_arr)
         self.stats.logit_positions += len(rows)
         if tail:
-            last = logits[0]
+            last = logits[len(head) - 1]
+            if pr.keep_tail:
+                pr.tail_logits = logits[:len(head)]
             pr.kv = kvc.finish(pr.ctx, cache, last)
             pr.last, pr.pending, pr.ctx = torch.log_softmax(last, dim=-1), 0, None
-            logits = logits[1:]
+            logits = logits[len(head):]
         end_logits = logits[len(keep):] if pack.ends else None
         return (torch.log_softmax(logits[:len(keep)], dim=-1) if keep else None), end_logits
 
