@@ -285,7 +285,8 @@ class RuntimeSpec(_Strict):
     batch_window_ms: float = Field(5.0, ge=0, description="how long the scorer waits to fill a batch")
     max_batch: int = Field(32, ge=1, description="most score requests per scorer batch")
     adaptive_batching: bool = Field(True, description="close a scorer batch as soon as it holds as many requests as "
-                                    "the last one plus those queued, instead of always waiting the whole window")
+                                    "were outstanding at once since the last batch (at least the last one plus "
+                                    "those queued), instead of always waiting the whole window")
     memo_size: int = Field(200_000, ge=0, description="(prompt, option) scores the scorer keeps for reuse across "
                            "episodes, seeds and planners (a hit returns the score as first computed, equal to a fresh "
                            "one within ~1e-5; 0 disables the memo)")

@@ -4,6 +4,7 @@ LRU-bounded, and its hit rate reaches the sweep's stats and MLflow."""
 from __future__ import annotations
 
 import asyncio
+import time
 import functools
 
 import pytest
@@ -87,6 +88,32 @@ def test_adaptive_batch_closes_without_waiting_the_window_for_a_lone_caller():
     first, lone = asyncio.run(main())
     assert first == [0, 1, 2, 3] and lone == [0, 1, 2]
     assert sizes == [4, 1, 1, 1]
+
+
+def test_callers_split_over_two_batches_are_batched_together_again():
+    """Four callers are in a batch when four more arrive during its run; each caller sends again as soon as
+    it is answered. The batcher counts the eight requests outstanding at once and waits for all eight
+    (within the window) from the third batch on; expecting only the last batch plus the queue, it would
+    keep two batches of four forever, a pass over the weights each."""
+    sizes = []
+
+    def run(items):
+        time.sleep(0.2)  # the model's forward
+        sizes.append(len(items))
+        return items
+
+    b = DynamicBatcher(run, window_ms=50, max_batch=8)
+
+    async def caller(i, delay):
+        await asyncio.sleep(delay)
+        for _ in range(4):
+            await b.submit(i)
+
+    async def main():
+        await asyncio.gather(*(caller(i, 0.0 if i < 4 else 0.1) for i in range(8)))
+
+    asyncio.run(main())
+    assert sizes[:2] == [4, 4] and sizes[2:] == [8, 8, 8], sizes
 
 
 def test_a_fixed_window_batch_waits_its_window_for_a_lone_caller():

@@ -67,11 +67,15 @@ class DeploymentSpec(_Strict):
 
 class ScorerSpec(DeploymentSpec):
     """The LLM scorer deployment: eval's scorer host (LLMScorer) groups concurrent score requests into
-    one ``score_batch`` call, closing a batch when ``max_batch_size`` requests are in or
-    ``batch_wait_timeout_s`` has passed since its first."""
+    one ``score_batch`` call (and concurrent ``/v1/completions`` echo requests into one ``prompt_logprobs``
+    call), closing a batch when ``max_batch_size`` requests are in, ``batch_wait_timeout_s`` has passed
+    since its first, or (``adaptive_batching``) as many are in as callers had requests outstanding."""
 
     max_batch_size: int = Field(8, ge=1, le=256, description="score requests per batch")
     batch_wait_timeout_s: float = Field(0.01, ge=0, le=1, description="how long a batch waits to fill")
+    adaptive_batching: bool = Field(True, description="close a batch once it holds as many requests as were "
+                                    "outstanding (sent, not answered) at once since the last batch, so a lone "
+                                    "caller is not held for the window; off: wait for max_batch_size or the window")
     memo_size: int = Field(200_000, ge=0, description="(prompt, option) scores each replica keeps for reuse, "
                            "as eval's scorer does (groundplan.llm.memo; a hit equals a fresh computation within "
                            "~1e-5; 0 disables the memo)")

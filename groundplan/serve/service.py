@@ -69,9 +69,10 @@ class ServeScorer(LLMScorer):
     """The scorer host configured by a serve config: ``scorer.max_batch_size`` and
     ``scorer.batch_wait_timeout_s`` are its batching window, ``scorer.memo_size`` its memo. Serve deploys
     this class as it is, and ``--local`` calls it in its own event loop, so both batch, memoize and count
-    alike. A batch closes when full or when the wait is over, without eval's adaptive early close: that
-    rule predicts the next batch from callers that each wait for their answer (a sweep's episodes), which
-    independent HTTP clients are not. Torch's threads are left as the process has them.
+    alike. A batch closes when full, when the wait is over, or (``scorer.adaptive_batching``, as eval's
+    scorer) when as many requests are in as were outstanding at once since the last batch: an HTTP client
+    with k concurrent slots keeps k requests in play, and a lone one is not held for the window. Torch's
+    threads are left as the process has them.
 
     What it adds to the host is the API's side: a caller's request is checked against ``limits`` and
     answered as the JSON the endpoints return."""
@@ -82,7 +83,7 @@ class ServeScorer(LLMScorer):
         sc = cfg.scorer
         super().__init__(cfg.llm.backend, cfg.llm.model, dict(cfg.llm.options), lm_factory=lm_factory,
                          batch_window_ms=1000 * sc.batch_wait_timeout_s, max_batch=sc.max_batch_size,
-                         memo_size=sc.memo_size, adaptive_batching=False, num_threads=0)
+                         memo_size=sc.memo_size, adaptive_batching=sc.adaptive_batching, num_threads=0)
         self.config = cfg
 
     async def score_request(self, prompt: str, options: list[str]) -> dict[str, Any]:
