@@ -166,7 +166,8 @@ class EchoScorer:
         """Complete a ``pending`` :class:`Positions` from the options' forward that ran its tail
         (``pr.tail_logits``: row i predicts the token after context position ``start + i``) and cache it."""
         self._fill(pos.ctx, len(pos.ctx) - pos.pending, pr.tail_logits[:-1], pos.token_lp, pos.top_ids, pos.top_lp)
-        pos.kv, pos.last, pos.pending = pr.kv, pr.tail_logits[-1], 0
+        pos.kv, pos.last, pos.pending = pr.kv, pr.tail_logits[-1].clone(), 0
+        pr.tail_logits = None
         self.scored_cache.insert(ScoredEntry(tokens=np.array(pos.ctx), kv=pos.kv, last_logits=pos.last,
                                              token_lp=pos.token_lp, top_ids=pos.top_ids, top_lp=pos.top_lp))
 

@@ -201,7 +201,7 @@ class PackedScorer(EnginePart):
         self.stats.forward_tokens += len(seg_arr)
         self.stats.logit_positions += len(rows)
         if tail:
-            last = logits[len(head) - 1]
+            last = logits[len(head) - 1].clone()  # cached: not a view that keeps every row's logits alive
             if pr.keep_tail:
                 pr.tail_logits = logits[:len(head)]
             pr.kv = kvc.finish(pr.ctx, cache, last)
