@@ -177,8 +177,8 @@ class PackedScorer(EnginePart):
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
         ``pr.last`` (and, with ``pr.keep_tail``, ``pr.tail_logits``: the raw logits of every tail row, which
-        the echo path needs for the context's own positions). Returns the log-probs at the pack's scored rows (None when it scores none) and the raw
-        logits at its ``ends`` rows (None when it has none)."""
+        the echo path needs for the context's own positions). Returns the log-probs at the pack's scored
+        rows (None when it scores none) and the raw logits at its ``ends`` rows (None when it has none)."""
         kvc = self.kv
         ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
         start = pr.past_len - tail
