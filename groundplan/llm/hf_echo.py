@@ -7,7 +7,9 @@ packed after it. The context's own positions need their log-probs too, which pla
 give, so a context computed this way is cached as a :class:`ScoredEntry` that also keeps each position's
 log-prob and top tokens (in a prefix cache of its own, ``scored_cache``, so plain entries never shadow
 them); since position j's log-probs depend only on tokens 0..j, a later text sharing m tokens with it
-reuses them up to m, as it reuses the key/values, and pays only for its new tokens.
+reuses them up to m, as it reuses the key/values, and pays only for its new tokens; when they are few
+(a SayCan step's prompt after the previous step's), they run as the first rows of the options' forward, as
+a warm ``score`` step's tail does, so a step's texts cost one pass over the weights.
 """
 from __future__ import annotations
 
