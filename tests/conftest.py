@@ -81,7 +81,9 @@ def _local_ray(**runtime_env):
     before = os.environ.get("RAY_worker_niceness")
     os.environ.setdefault("RAY_worker_niceness", "0")
     try:
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+        # "local": a Ray of this test's own, even while another xdist worker's test runs a `ray start` head
+        # on this machine, which ray.init() without an address would join (and refuse num_cpus)
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": ROOT}, **runtime_env})
     finally:
         if before is None:

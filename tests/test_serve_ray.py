@@ -40,7 +40,7 @@ def base():
         scorer={**small, "max_batch_size": 8, "batch_wait_timeout_s": 0.02, "max_ongoing_requests": 16,
                 "autoscaling": {"min_replicas": 2, "max_replicas": 2, "target_ongoing_requests": 8}},
         planner={**small, "autoscaling": fixed}, ingress={**small, "autoscaling": fixed})
-    ray.init(num_cpus=2, namespace="groundplan-serve", include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, namespace="groundplan-serve", include_dashboard=False, log_to_driver=False)
     try:
         run_server(cfg, blocking=False, lm_factory=slow_lm)
         yield f"http://127.0.0.1:{port}"
