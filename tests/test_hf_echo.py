@@ -92,10 +92,13 @@ def test_a_groups_new_context_tail_runs_in_the_options_forward(lm):
     forward, with every position's log-prob and top tokens a plain forward's, and the prompt is cached."""
     echo = _echo(lm)
     echo.prompt_logprobs([PROMPT + o for o in OPTIONS], top_k=1)
-    step = PROMPT + " pick up the coke can, 3."
+    # long enough that packing it with every text costs more than the group's context (group_context's slack),
+    # short enough to run in the options' forward (FUSE_TAIL_MAX)
+    step = PROMPT + " pick up the coke can, 3. go to the kitchen counter, 4. put down the coke can, 5."
     texts = [step + o for o in OPTIONS]
     calls = []
-    hook = lm.model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    # the decoder body: every forward runs it (a context's own forward calls it without the LM head)
+    hook = lm.model.base_model.register_forward_pre_hook(lambda module, args: calls.append(1))
     try:
         got = echo.prompt_logprobs(texts, top_k=1)
     finally:
