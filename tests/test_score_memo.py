@@ -4,8 +4,8 @@ LRU-bounded, and its hit rate reaches the sweep's stats and MLflow."""
 from __future__ import annotations
 
 import asyncio
-import time
 import functools
+import time
 
 import pytest
 

@@ -159,7 +159,7 @@ class EchoScorer:
             self._fill(ctx, start + a, logits[:b - a if b < c - start else b - a - 1], token_lp, top_ids, top_lp)
         stats.forward_tokens += c - start
         stats.logit_positions += c - start
-        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+        kv = kvc.buffers(cache)
         self.scored_cache.insert(ScoredEntry(tokens=np.array(ctx), kv=kv, last_logits=last, token_lp=token_lp,
                                              top_ids=top_ids, top_lp=top_lp))
         return Positions(ctx, kv, last, token_lp, top_ids, top_lp)

@@ -146,10 +146,16 @@ class KVContext:
             m = 0
         return kv, m, None
 
+    @staticmethod
+    def buffers(cache: Any) -> KV:
+        """The per-layer (keys, values) buffers a forward wrote into through ``cache`` (a layer may have grown
+        them)."""
+        return [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+
     def finish(self, ctx: np.ndarray, cache: Any, last: torch.Tensor) -> KV:
         """Cache ``ctx`` once a forward has written its last keys/values into ``cache``'s layers; returns its
-        buffers (a layer may have grown them)."""
-        kv = [(layer.kbuf, layer.vbuf) for layer in cache.layers]
+        buffers (:meth:`buffers`)."""
+        kv = self.buffers(cache)
         self.cache.insert(CacheEntry(tokens=np.array(ctx), kv=kv, last_logits=last))
         return kv
 

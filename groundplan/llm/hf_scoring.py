@@ -176,9 +176,10 @@ class PackedScorer(EnginePart):
     def forward(self, pr: Prepared, pack: Pack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
-        ``pr.last`` (and, with ``pr.keep_tail``, ``pr.tail_logits``: the raw logits of every tail row, which
-        the echo path needs for the context's own positions). Returns the log-probs at the pack's scored
-        rows (None when it scores none) and the raw logits at its ``ends`` rows (None when it has none)."""
+        ``pr.last``; with ``pr.keep_tail`` it also sets ``pr.tail_logits`` (the raw logits of every tail row,
+        which the echo path needs for the context's own positions) and leaves the caching to that caller.
+        Returns the log-probs at the pack's scored rows (None when it scores none) and the raw logits at
+        its ``ends`` rows (None when it has none)."""
         kvc = self.kv
         ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
         start = pr.past_len - tail
@@ -202,9 +203,11 @@ class PackedScorer(EnginePart):
         self.stats.logit_positions += len(rows)
         if tail:
             last = logits[len(head) - 1].clone()  # cached: not a view that keeps every row's logits alive
-            if pr.keep_tail:
+            if pr.keep_tail:  # the caller caches the context, with its positions, in a cache of its own
                 pr.tail_logits = logits[:len(head)]
-            pr.kv = kvc.finish(pr.ctx, cache, last)
+                pr.kv = kvc.buffers(cache)
+            else:
+                pr.kv = kvc.finish(pr.ctx, cache, last)
             pr.last, pr.pending, pr.ctx = torch.log_softmax(last, dim=-1), 0, None
             logits = logits[len(head):]
         end_logits = logits[len(keep):] if pack.ends else None
