@@ -163,3 +163,37 @@ def test_parser_is_exact():
         assert parse_skill(bad) is None
     with pytest.raises(InvalidInputError, match="unknown skill 'grab the coke'"):
         parse_skill_strict("grab the coke")
+
+
+# ------------------------------------------------------------------- generated training tasks
+def test_generated_tasks_are_disjoint_from_the_84_by_instruction_and_by_goal():
+    """Training tasks for a kitchen Say: none reads like one of the 84, none is one of them in other words."""
+    from groundplan.envs.kitchen.generated import GENERATED_FAMILIES, _key, build_generated_tasks
+    from groundplan.envs.splits import instruction_key
+
+    tasks, dropped = build_generated_tasks()
+    assert len(tasks) >= 150 and dropped["instruction"] + dropped["goal"] > 0  # the rules do drop some
+    assert {t.family for t in tasks} == set(GENERATED_FAMILIES)
+    assert len({t.task_id for t in tasks}) == len(tasks)
+    assert not {instruction_key(t.instruction) for t in tasks} & {instruction_key(t.instruction) for t in TASKS}
+    assert not {_key(t.goal, t.start_state) for t in tasks} & {_key(t.goal, t.start_state) for t in TASKS}
+    # a task of the 84 given as the evaluation set is dropped by either rule
+    again, more = build_generated_tasks(TASKS + tuple(tasks[:2]))
+    assert len(again) < len(tasks) and more["instruction"] >= 2
+
+
+def test_generated_tasks_play_from_their_env_and_their_reference_plans_reach_the_goal():
+    env = KitchenEnv(task_set="generated", mode="language")
+    tasks = env.tasks()
+    assert tasks and all(t.family.startswith("gen_") for t in tasks)
+    assert env.tasks(["gen_throw"]) and all(t.family == "gen_throw" for t in env.tasks(["gen_throw"]))
+    for task in tasks:
+        assert all(step in SKILLS for step in task.reference_plan) and task.reference_plan[-1] == "done"
+        for seed in range(3):
+            assert not evaluate_goal(task.goal, env.initial_state(task, seed)).success, (task.task_id, seed)
+            assert env.check_plan(task, seed, task.reference_plan).success, (task.task_id, seed)
+    assert KitchenEnv(task_set="generated", split="train").tasks() == tasks
+    with pytest.raises(InvalidInputError, match="training tasks only"):
+        KitchenEnv(task_set="generated", split="test")
+    with pytest.raises(InvalidInputError, match="gen_fetch"):
+        env.tasks(["nl_nouns"])

@@ -21,7 +21,7 @@ import logging
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from groundplan.core.errors import GroundplanError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
@@ -39,6 +39,7 @@ from groundplan.envs.kitchen.skills import (
     unknown_skill_message,
 )
 from groundplan.envs.kitchen.start_state import KitchenStartState
+from groundplan.envs.kitchen.generated import generated_tasks
 from groundplan.envs.kitchen.tasks import evaluate_goal, tasks_for
 from groundplan.envs.kitchen.world import (
     GRIPPER,
@@ -80,6 +81,17 @@ class KitchenConfig(BaseModel):
         None, description="SayCanPay split env.tasks() returns (train: tasks 00-07 of each family, Can/Pay data "
         "and prompt examples; test: tasks 08-11); None: all 84 tasks (SayCan's evaluation).",
     )
+    task_set: Literal["saycan", "generated"] = Field(
+        "saycan", description="'saycan': the 84 evaluation instructions; 'generated': templated training tasks whose "
+        "instructions and goals are none of the 84's (groundplan.envs.kitchen.generated), all of them train tasks.",
+    )
+
+    @model_validator(mode="after")
+    def _generated_tasks_are_train_tasks(self) -> "KitchenConfig":
+        if self.task_set == "generated" and self.split == "test":
+            raise ValueError("task_set 'generated' holds training tasks only: use split 'train' or none, and "
+                             "evaluate on task_set 'saycan'")
+        return self
 
 
 def make_config(options: Mapping[str, Any]) -> KitchenConfig:
@@ -202,6 +214,8 @@ class KitchenEnv(Env):
         return self._task
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
+        if self.config.task_set == "generated":
+            return generated_tasks(families)
         return tasks_for(families, self.config.split)
 
     # --------------------------------------------------------------- task files (docs/tasks.md)
