@@ -232,7 +232,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
     if args.export:
         names = [n.strip() for n in args.names.split(",")] if args.names else None
-        path = outcomes.write_outcomes(args.export, outcomes.export_outcomes(args.runs, names, args.pair or ()))
+        path = outcomes.write_outcomes(args.export, outcomes.export_outcomes(args.runs, names, args.pair or (),
+                                                                             args.eai_stored or ()))
         console.print(f"outcomes: {path}", markup=False)
         return 0
     if args.markdown:
@@ -595,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     tb.add_argument("--pair", action="append", default=None, metavar="RUN:LABEL=RUN:LABEL", help="--export: also "
                     "test these two rows against each other (e.g. a fine-tuned row and a frozen row of another "
                     "prompt); repeatable")
+    tb.add_argument("--eai-stored", action="append", default=None, metavar="MODEL", help="--export: add EAI's "
+                    "stored answers of MODEL (e.g. gpt-3.5-turbo-0125) as a row on the EAI runs' tasks, judged as the "
+                    "leaderboard judges them, so --pair can test a run's row against it; repeatable")
     tb.add_argument("--options", default=None, metavar="'KEY=VALUE ...'", help="--markdown: how the table is drawn, "
                     "as a page's marker says it: measures=NAME,NAME (shown, in order), by=family, tests=NAME,NAME "
                     "(paired), paired=all|listed, group=planner|run")

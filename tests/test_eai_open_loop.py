@@ -110,6 +110,32 @@ def test_the_answer_to_eai_prompt_is_kept_played_judged_as_text_and_resumed(tmp_
     assert len(board.task_ids) == 4
 
 
+def test_a_stored_llm_is_exported_as_a_row_on_the_runs_tasks_and_pairs_with_them(tmp_path):
+    """``groundplan tables --export --eai-stored MODEL``: the stored answers, judged as the leaderboard judges
+    them, become a row on the EAI run's tasks (same clusters), so a run's row is tested against it."""
+    from groundplan.evaluation import outcomes
+    from groundplan.evaluation.eai.leaderboard import load_outputs, stored_dir
+
+    cfg = _config(tmp_path)
+    run_sweep(cfg, lm=PromptKeyedLM(), progress=False)
+    model = "gpt-3.5-turbo-0125"
+    doc = outcomes.export_outcomes([cfg.run_dir], ["ours"], ["ours:Open loop=gpt-3.5-turbo-0125:stored answers"],
+                                   eai_stored=[model])
+    stored = [e for e in doc["episodes"] if e["run"] == model]
+    ours = {e["task_id"]: e for e in doc["episodes"] if e["run"] == "ours"}
+    assert sorted(e["task_id"] for e in stored) == sorted(IDS) and all(e["planner"] == "stored answers" for e in stored)
+    judge, answers = EAIJudge(), load_outputs(stored_dir() / f"{model}_outputs.json")
+    for e in stored:
+        v = judge.score_text(e["task_id"], answers[e["task_id"]], SEMANTICS["official"])
+        assert e["success_official"] == e["execution_success"] == float(v.success)
+        assert e["executable_official"] == float(v.executable) and e["cluster"] == ours[e["task_id"]]["cluster"]
+    assert doc["pairs"] == [{"a": ["Open loop", "ours"], "b": ["stored answers", model]}]
+    text = outcomes.render_markdown(doc, outcomes.TableSpec.parse("measures=success_official paired=listed", "t"))
+    assert "stored answers" in text and "| Open loop | ours |" in text
+    with pytest.raises(InvalidInputError, match="no stored answers"):
+        outcomes.export_outcomes([cfg.run_dir], eai_stored=["gpt-9"])
+
+
 def test_open_loop_options_are_checked_when_the_config_loads(tmp_path):
     with pytest.raises(Exception, match="unknown answer format 'yaml'"):
         _config(tmp_path, planners=[{**OPEN_LOOP, "options": {"answer_format": "yaml"}}])

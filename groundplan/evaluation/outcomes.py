@@ -70,11 +70,13 @@ def cluster_key(trace: Any) -> str:
 
 
 def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None,
-                    pairs: Sequence[str] = ()) -> dict[str, Any]:
+                    pairs: Sequence[str] = (), eai_stored: Sequence[str] = ()) -> dict[str, Any]:
     """The outcomes document of the runs (``groundplan eval`` folders): one record per episode with its
     cluster (:func:`cluster_key`). ``names``: each run's name in the tables (default: its config's).
     ``pairs``: rows to test against each other beside the same-label ones, each ``RUN:LABEL=RUN:LABEL``
-    (a fine-tuned row against a frozen row of another prompt)."""
+    (a fine-tuned row against a frozen row of another prompt). ``eai_stored``: EAI's stored LLMs to add as
+    rows (run = the model's name, planner ``stored answers``) on the tasks of the EAI runs, judged as the
+    leaderboard judges them; their ``execution_success`` is their success under the official semantics."""
     from groundplan.evaluation.saycanpay import plan_length, scored_against_experts
     from groundplan.evaluation.tables import run_configs, run_folders, run_traces, table_kind
 
@@ -112,6 +114,8 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
                              **measures})
             if (note := marks.footnote(t.planner)) is not None:  # what the row read of the simulator's truth
                 footnotes[t.planner] = {"mark": marks.mark(t.planner), "note": note}
+    if eai_stored:
+        _add_stored_rows(runs, episodes, eai_stored)
     extra = []
     run_names = {r["name"] for r in runs}
     for item in pairs:
@@ -132,6 +136,26 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
                                 "row (runs of different planners may share it)")
     doc = {"format": FORMAT, "runs": runs, "pairs": extra, "episodes": episodes}
     return {**doc, "footnotes": footnotes} if footnotes else doc
+
+
+def _add_stored_rows(runs: list[dict[str, Any]], episodes: list[dict[str, Any]], models: Sequence[str]) -> None:
+    """EAI's stored LLMs as rows on the EAI runs' tasks, each task in the cluster its run episodes have."""
+    from groundplan.evaluation.eai.leaderboard import EAI_ENV, stored_measures
+
+    eai_runs = {r["name"] for r in runs if r["env"] == EAI_ENV}
+    tasks = {e["task_id"]: e for e in episodes if e["run"] in eai_runs}
+    if not tasks:
+        raise InvalidInputError(f"stored EAI rows need an EAI run ({EAI_ENV}) to take their tasks from")
+    for model in models:
+        judged = stored_measures(model, list(tasks))
+        config_hash = stable_hash({"eai_stored": model}, 12)
+        runs.append({"name": model, "config_hash": config_hash, "env": EAI_ENV, "env_options": {}, "model": model})
+        for task_id, m in judged.items():
+            like = tasks[task_id]
+            episodes.append({"run": model, "planner": "stored answers", "config_hash": config_hash,
+                             "task_id": task_id, "family": like["family"], "seed": like["seed"],
+                             "cluster": like["cluster"], "execution_success": m.get("success_official", 0.0),
+                             **dict(sorted(m.items()))})
 
 
 def write_outcomes(path: str | Path, doc: dict[str, Any]) -> Path:

@@ -238,6 +238,30 @@ def episode_measures(traces: Sequence[EpisodeTrace], semantics: Sequence[str] = 
     return out
 
 
+def stored_measures(model: str, task_ids: Sequence[str], semantics: Sequence[str] = ("official", "corrected"),
+                    judge: EAIJudge | None = None, folder: Path | None = None) -> dict[str, dict[str, float]]:
+    """Per task id, a stored LLM's answer judged as :func:`episode_measures` judges an open-loop row, so that a
+    run's exported outcomes can hold the stored row it is compared with, paired task by task. A task the model
+    has no answer for is judged on an empty answer (EAI counts it a failure)."""
+    folder = folder or stored_dir()
+    path = folder / f"{model}_outputs.json"
+    if not path.is_file():
+        raise InvalidInputError(f"no stored answers for {model!r}; stored models: {', '.join(stored_models(folder))}")
+    answers = load_outputs(path)
+    judge = judge or EAIJudge()
+    out: dict[str, dict[str, float]] = {}
+    for task_id in sorted(task_ids):
+        m: dict[str, float] = {}
+        for s in semantics:
+            v = judge.score_text(task_id, answers.get(task_id) or "", SEMANTICS[s])
+            if v.scored:
+                m[f"success_{s}"] = float(v.success)
+                m[f"executable_{s}"] = float(v.executable)
+        m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)
+        out[task_id] = m
+    return out
+
+
 def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str],
                  closed: set[str] = frozenset()) -> list[dict[str, Any]]:
     """Exact McNemar on success and on executability (tasks both rows score), each challenger against every
