@@ -247,3 +247,12 @@ def test_a_row_that_reads_a_tasks_truth_as_an_oracle_clusters_by_task():
     assert outcomes.cluster_key(trace("a", [])) == outcomes.cluster_key(trace("b", []))
     assert outcomes.cluster_key(trace("a", stand_in)) == outcomes.cluster_key(trace("b", stand_in))
     assert outcomes.cluster_key(trace("a", oracle)) != outcomes.cluster_key(trace("b", oracle))
+
+
+def test_a_missing_or_broken_outcomes_file_is_a_clear_error(tmp_path):
+    with pytest.raises(InvalidInputError, match="no such outcomes file"):
+        outcomes.load_outcomes(tmp_path / "none.json")
+    for text, match in (("{", "not an outcomes file"), ("[1]", "format 'list'"), ('{"format": 0}', "format 0")):
+        (tmp_path / "o.json").write_text(text)
+        with pytest.raises(InvalidInputError, match=match):
+            outcomes.load_outcomes(tmp_path / "o.json")

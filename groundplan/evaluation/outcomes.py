@@ -169,9 +169,16 @@ def write_outcomes(path: str | Path, doc: dict[str, Any]) -> Path:
 
 
 def load_outcomes(path: str | Path) -> dict[str, Any]:
-    doc = json.loads(Path(path).read_text())
-    if doc.get("format") != FORMAT:
-        raise InvalidInputError(f"{path}: outcomes format {doc.get('format')!r}, this reader takes {FORMAT}")
+    """An outcomes file, or :class:`InvalidInputError` naming what is wrong with it."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such outcomes file (groundplan tables --export writes one)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{path}: not an outcomes file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise InvalidInputError(f"{path}: outcomes format {got!r}, this reader takes {FORMAT}")
     return doc
 
 
