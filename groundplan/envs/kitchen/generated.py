@@ -73,6 +73,7 @@ def _specs(rng: random.Random) -> list[tuple[str, str, tuple, tuple[str, ...], d
 
 
 def _key(goal: tuple, start: dict[str, Any] | None) -> tuple:
+    """What a task asks for, whatever its words: its goal clauses and start pins, order-free."""
     pins = start or {}
     return (tuple(sorted(tuple(sorted(c)) for c in goal)), pins.get("robot"), pins.get("holding"),
             tuple(sorted((pins.get("placement") or {}).items())))
