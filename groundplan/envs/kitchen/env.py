@@ -27,6 +27,7 @@ from groundplan.core.errors import GroundplanError
 from groundplan.core.types import GoalResult, Observation, StepResult, Task
 from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
+from groundplan.envs.kitchen.generated import generated_tasks
 from groundplan.envs.kitchen.skills import (
     BRING,
     DONE,
@@ -39,7 +40,6 @@ from groundplan.envs.kitchen.skills import (
     unknown_skill_message,
 )
 from groundplan.envs.kitchen.start_state import KitchenStartState
-from groundplan.envs.kitchen.generated import generated_tasks
 from groundplan.envs.kitchen.tasks import evaluate_goal, tasks_for
 from groundplan.envs.kitchen.world import (
     GRIPPER,
