@@ -119,6 +119,26 @@ def test_evaluation_refuses_a_test_set_the_model_was_trained_on(babyai_model, tm
     assert not list(broken.run_dir.iterdir())  # refused before the run folder holds a config or a trace
 
 
+def test_a_selection_sweep_may_run_on_the_models_validation_tasks_never_on_its_train_tasks(babyai_model, tmp_path):
+    """``select_on`` chooses settings on held-out tasks: a model's validation tasks are what they were held out
+    for, so the selection sweep's check allows them; a train task stays refused there, and a test sweep refuses
+    both."""
+    make = ENVS.get("babyai")
+    train_env, test_env = make(**SMALL, split="train"), make(**SMALL, split="test")
+    held, trained = test_env.tasks()[:2], train_env.tasks()
+    save_lineage(babyai_model, trajectories_lineage("can", {
+        "train": _trajectories(train_env, trained), "validation": _trajectories(test_env, held, split="test")}))
+    cfg = _config(tmp_path, {"name": "babyai", "options": {**SMALL, "split": "test"}}, _scp_planner(babyai_model))
+    cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"ids": [t.task_id for t in held]})})
+    specs = check_config(cfg)
+    assert check_sweep_lineage(cfg, specs, allow_roles=("validation",)) >= 1  # checked, and no refusal
+    with pytest.raises(LineageError, match="= validation"):
+        check_sweep_lineage(cfg, specs)
+    on_train = _config(tmp_path, {"name": "babyai", "options": {**SMALL, "split": "train"}}, _scp_planner(babyai_model))
+    with pytest.raises(LineageError, match="= train"):
+        check_sweep_lineage(on_train, check_config(on_train), allow_roles=("validation",))
+
+
 def test_evaluation_refuses_a_model_without_lineage(babyai_model, tmp_path):
     (babyai_model / LINEAGE_FILE).unlink(missing_ok=True)
     cfg = _config(tmp_path, {"name": "babyai", "options": {**SMALL, "split": "test"}}, _scp_planner(babyai_model))

@@ -13,7 +13,7 @@ without a lineage is refused too: nothing could show its test set is unseen.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Collection, Iterable, Sequence
 
 from groundplan.config import EvalConfig
 from groundplan.core.errors import InvalidInputError
@@ -103,15 +103,19 @@ def task_keys(cfg: EvalConfig, tasks: Iterable[Task], by: str, env: Env | None =
     return out
 
 
-def check_sweep_lineage(cfg: EvalConfig, specs: Sequence[Any]) -> int:
+def check_sweep_lineage(cfg: EvalConfig, specs: Sequence[Any], allow_roles: Collection[str] = ()) -> int:
     """:func:`check_lineage` on the tasks of a sweep's episodes (``EpisodeSpec``)."""
-    return check_lineage(cfg, list({s.task.task_id: s.task for s in specs}.values()))
+    return check_lineage(cfg, list({s.task.task_id: s.task for s in specs}.values()), allow_roles=allow_roles)
 
 
-def check_lineage(cfg: EvalConfig, tasks: list[Task], env: Env | None = None) -> int:
+def check_lineage(cfg: EvalConfig, tasks: list[Task], env: Env | None = None,
+                  allow_roles: Collection[str] = ()) -> int:
     """Raise :class:`LineageError` naming the test tasks that a planner's prompt or trained models read
     before the test; returns how many (planner, lineage) pairs were checked. No env is built unless a
-    planner has a lineage and a task's first observation must be read by a reset (``env``, if given)."""
+    planner has a lineage and a task's first observation must be read by a reset (``env``, if given).
+    ``allow_roles``: lineage roles a task may have. A selection sweep (``select_on``) chooses settings on a
+    model's own validation tasks, which is what they were held out for, so it allows ``validation``; a train
+    task or a prompt example is refused there too."""
     lineages = planner_lineages(cfg)
     if not lineages:
         return 0
@@ -124,7 +128,7 @@ def check_lineage(cfg: EvalConfig, tasks: list[Task], env: Env | None = None) ->
             checked += 1
             if lineage.goal_view not in keys:
                 keys[lineage.goal_view] = task_keys(cfg, tasks, by, env, lineage.goal_view)
-            hits = overlap(lineage, keys[lineage.goal_view], by)
+            hits = [(tid, e) for tid, e in overlap(lineage, keys[lineage.goal_view], by) if e.role not in allow_roles]
             if hits:
                 ids = list(dict.fromkeys(tid for tid, _ in hits))
                 shown = ", ".join(f"{tid} (= {e.role} {e.task_id})" for tid, e in hits[:_SHOWN])

@@ -40,13 +40,13 @@ def chosen_config(cfg: EvalConfig, best: dict[str, SummaryRow]) -> EvalConfig:
     return cfg.model_copy(update={"planners": [p for p in cfg.planners if p.group is None or p.display in chosen]})
 
 
-def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig], Any]) -> Any:
-    """``run`` (a sweep, returning its ``EvalResult``) on the selection tasks, then on ``cfg``'s own tasks with the
-    chosen variants; returns the final sweep's result, whose ``grid_selection.json`` names the selection run and
-    what it chose."""
-    selected = run(selection_config(cfg))
+def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig, bool], Any]) -> Any:
+    """``run`` (a sweep, returning its ``EvalResult``; its second argument says whether it is the selection
+    sweep) on the selection tasks, then on ``cfg``'s own tasks with the chosen variants; returns the final
+    sweep's result, whose ``grid_selection.json`` names the selection run and what it chose."""
+    selected = run(selection_config(cfg), True)
     best = selected.best
-    final = run(chosen_config(cfg, best))
+    final = run(chosen_config(cfg, best), False)
     record = {"select_by": cfg.select_by, "selected_on": cfg.select_on,
               "selection_run": str(selected.run_dir),
               "best": {g: r.planner for g, r in best.items()}}

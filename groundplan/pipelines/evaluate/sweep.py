@@ -26,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from tqdm.auto import tqdm
 
@@ -230,7 +230,7 @@ def make_executor(cfg: EvalConfig, lm: LanguageModel | None = None, lm_factory: 
 def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: Callable[[], LanguageModel] | None = None,
               progress: bool = True, resume: bool = True, tracking_uri: str | None = None,
               on_episode: Callable[[EpisodeTrace, dict[str, Any]], None] | None = None,
-              lineage_check: bool = True) -> EvalResult:
+              lineage_check: bool | Literal["validation"] = True) -> EvalResult:
     """Run the sweep of ``cfg`` on the executor ``cfg.runtime.executor`` names and return its traces and
     summary. MLflow logging when ``cfg.runtime.mlflow``: a tracking server that does not answer fails the
     sweep before it starts; one that fails at the end leaves ``stats["mlflow_error"]`` and no run id. An LLM
@@ -238,14 +238,15 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     also fails it before it starts (:func:`~groundplan.config.probe_llm_needs`), unless ``lm`` or
     ``lm_factory`` replaces ``cfg.llm``. ``lineage_check=False`` is for sweeps that gather training data on
     train tasks and measure nothing (``groundplan improve``'s rollouts): there the tasks are meant to be the
-    model's own. With ``cfg.select_on``, each planner grid is chosen on those tasks first
+    model's own. ``"validation"`` (the ``select_on`` sweep) lets a task be one of the models' validation
+    tasks, never a train task or prompt example. With ``cfg.select_on``, each planner grid is chosen on those tasks first
     (:mod:`~groundplan.pipelines.evaluate.selection`) and the result is the chosen variants' sweep."""
     from groundplan.pipelines.evaluate.selection import needs_selection, run_selected
 
     if needs_selection(cfg):
-        return run_selected(cfg, lambda c: run_sweep(c, lm=lm, lm_factory=lm_factory, progress=progress, resume=resume,
-                                                     tracking_uri=tracking_uri, on_episode=on_episode,
-                                                     lineage_check=lineage_check))
+        return run_selected(cfg, lambda c, selecting: run_sweep(
+            c, lm=lm, lm_factory=lm_factory, progress=progress, resume=resume, tracking_uri=tracking_uri,
+            on_episode=on_episode, lineage_check=("validation" if selecting and lineage_check else lineage_check)))
     specs = check_config(cfg)  # fails before any model loads or actor starts
     from groundplan.pipelines.tracking import check_tracking_servers, eval_tracking_uris
 
@@ -255,8 +256,8 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     check_say_model(cfg.llm, cfg.planners)  # a fine-tuned Say model read through another prompt format
     from groundplan.pipelines.evaluate.lineage import check_sweep_lineage
 
-    if lineage_check:
-        check_sweep_lineage(cfg, specs)  # and a test task that a planner's prompt or trained models read
+    if lineage_check:  # and a test task that a planner's prompt or trained models read
+        check_sweep_lineage(cfg, specs, ("validation",) if lineage_check == "validation" else ())
     if lm is None and lm_factory is None:  # and an LLM server that cannot do what the planners need of it
         from groundplan.config import probe_llm_needs
 
