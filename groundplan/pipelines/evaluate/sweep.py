@@ -239,8 +239,8 @@ def run_sweep(cfg: EvalConfig, *, lm: LanguageModel | None = None, lm_factory: C
     ``lm_factory`` replaces ``cfg.llm``. ``lineage_check=False`` is for sweeps that gather training data on
     train tasks and measure nothing (``groundplan improve``'s rollouts): there the tasks are meant to be the
     model's own. ``"validation"`` (the ``select_on`` sweep) lets a task be one of the models' validation
-    tasks, never a train task or prompt example. With ``cfg.select_on``, each planner grid is chosen on those tasks first
-    (:mod:`~groundplan.pipelines.evaluate.selection`) and the result is the chosen variants' sweep."""
+    tasks, never a train task or prompt example. With ``cfg.select_on``, each planner grid is chosen on those
+    tasks first (:mod:`~groundplan.pipelines.evaluate.selection`) and the result is the chosen variants' sweep."""
     from groundplan.pipelines.evaluate.selection import needs_selection, run_selected
 
     if needs_selection(cfg):
