@@ -22,10 +22,20 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Any, Sequence
 
-from groundplan.core.errors import InvalidInputError
 from groundplan.core.types import Task
 from groundplan.envs.kitchen.skills import DONE_LABEL, find_label, pick_label
-from groundplan.envs.kitchen.tasks import TASKS, at, delivered, fetch, holding, move, throw, thrown, validate_goal
+from groundplan.envs.kitchen.tasks import (
+    TASKS,
+    at,
+    delivered,
+    fetch,
+    holding,
+    move,
+    of_families,
+    throw,
+    thrown,
+    validate_goal,
+)
 from groundplan.envs.kitchen.world import LOCATION_BY_NAME, OBJECT_NAMES, SURFACES
 from groundplan.envs.splits import instruction_key
 
@@ -110,11 +120,4 @@ def _generated() -> tuple[Task, ...]:
 def generated_tasks(families: Sequence[str] | str | None = None) -> list[Task]:
     """The generated tasks of the given families (all when None); an unknown family raises
     :class:`InvalidInputError`."""
-    if families is None:
-        return list(_generated())
-    wanted = {families} if isinstance(families, str) else set(families)
-    unknown = sorted(wanted - set(GENERATED_FAMILIES))
-    if unknown:
-        raise InvalidInputError(f"unknown generated kitchen famil{'y' if len(unknown) == 1 else 'ies'} "
-                                f"{', '.join(map(repr, unknown))}; valid: {', '.join(GENERATED_FAMILIES)}")
-    return [t for t in _generated() if t.family in wanted]
+    return of_families(_generated(), families, GENERATED_FAMILIES, "generated kitchen task")

@@ -485,13 +485,20 @@ def tasks_for(families: Sequence[str] | None = None, split: str | None = None) -
     if split is not None:
         check_split(split, SPLITS)
         return [t for t in tasks_for(families) if kitchen_split(t.task_id) == split]
+    return of_families(TASKS, families, FAMILIES, "kitchen task")
+
+
+def of_families(tasks: Sequence[Task], families: Sequence[str] | str | None, valid: Sequence[str],
+                what: str) -> list[Task]:
+    """``tasks`` of the given families (all when None); a family not in ``valid`` raises
+    :class:`InvalidInputError` naming the valid ones (``what``: the task set, for the message)."""
     if families is None:
-        return list(TASKS)
+        return list(tasks)
     if isinstance(families, str):
         families = [families]
-    unknown = [f for f in families if f not in FAMILIES]
+    unknown = [f for f in families if f not in valid]
     if unknown:
-        raise InvalidInputError(f"unknown kitchen task famil{'y' if len(unknown) == 1 else 'ies'} "
-                                f"{', '.join(map(repr, unknown))}; valid: {', '.join(FAMILIES)}")
+        raise InvalidInputError(f"unknown {what} famil{'y' if len(unknown) == 1 else 'ies'} "
+                                f"{', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
     wanted = set(families)
-    return [t for t in TASKS if t.family in wanted]
+    return [t for t in tasks if t.family in wanted]

@@ -21,7 +21,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.stats import wilson_interval
@@ -222,15 +222,12 @@ def episode_measures(traces: Sequence[EpisodeTrace], semantics: Sequence[str] = 
     out: dict[str, dict[str, float]] = {}
     for t in traces:
         closed = kinds[row_name(t)] == "closed_loop"
-        m: dict[str, float] = {}
-        for s in semantics:
-            v = (judge.score_steps(t.task_id, executed_steps(t), SEMANTICS[s]) if closed
-                 else judge.score_text(t.task_id, answer_text(t) or "", SEMANTICS[s]))
-            if v.scored:
-                m[f"success_{s}"] = float(v.success)
-                if not closed:
-                    m[f"executable_{s}"] = float(v.executable)
-        m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)  # the last semantics'
+        if closed:
+            steps = executed_steps(t)
+            m = verdict_measures(lambda sem: judge.score_steps(t.task_id, steps, sem), semantics, executable=False)
+        else:
+            text = answer_text(t) or ""
+            m = verdict_measures(lambda sem: judge.score_text(t.task_id, text, sem), semantics, executable=True)
         if closed:
             refused = refused_steps(t)
             m.update(refused_steps=float(refused), no_refused_step=float(refused == 0))
@@ -249,17 +246,24 @@ def stored_measures(model: str, task_ids: Sequence[str], semantics: Sequence[str
         raise InvalidInputError(f"no stored answers for {model!r}; stored models: {', '.join(stored_models(folder))}")
     answers = load_outputs(path)
     judge = judge or EAIJudge()
-    out: dict[str, dict[str, float]] = {}
-    for task_id in sorted(task_ids):
-        m: dict[str, float] = {}
-        for s in semantics:
-            v = judge.score_text(task_id, answers.get(task_id) or "", SEMANTICS[s])
-            if v.scored:
-                m[f"success_{s}"] = float(v.success)
+    return {task_id: verdict_measures(lambda sem: judge.score_text(task_id, answers.get(task_id) or "", sem),
+                                      semantics, executable=True)
+            for task_id in sorted(task_ids)}
+
+
+def verdict_measures(score: Callable[[Any], Verdict], semantics: Sequence[str], executable: bool) -> dict[str, float]:
+    """One row's verdicts on one task as outcome measures: ``success_<s>`` under each semantics that scores the
+    task, ``executable_<s>`` too when ``executable`` (an open-loop or stored answer), and the goals satisfied under
+    the last semantics. ``score`` judges the row's answer under a semantics."""
+    m: dict[str, float] = {}
+    for s in semantics:
+        v = score(SEMANTICS[s])
+        if v.scored:
+            m[f"success_{s}"] = float(v.success)
+            if executable:
                 m[f"executable_{s}"] = float(v.executable)
-        m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)
-        out[task_id] = m
-    return out
+    m["goals_satisfied"] = float(v.node_matched + v.edge_matched + v.action_matched)
+    return m
 
 
 def paired_tests(verdicts: dict[str, list[Verdict]], challengers: list[str], names: list[str],
