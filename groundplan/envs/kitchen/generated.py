@@ -1,7 +1,7 @@
 """Generated kitchen tasks: training instructions disjoint from the 84 evaluation instructions.
 
 SayCan's kitchen has one task set, the 84 instructions of :mod:`groundplan.envs.kitchen.tasks`, and a Say model
-fine-tuned for it must learn from other tasks (the issue of training on the test set, SayCan Sec. 5.2: the
+fine-tuned for it must learn from other tasks, or it is trained on its test set (SayCan Sec. 5.2: the
 instructions are the evaluation). These tasks are templated from the same 15 objects and 5 locations (fetch one
 or two objects, move one to a surface, throw one away, pick one up where it lies), each in a few phrasings, with
 the goal predicates and reference plans of the 84 (Listing 1's delivery pattern). A generated task is dropped
