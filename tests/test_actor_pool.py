@@ -52,7 +52,9 @@ class Worker:
         marker = self.folder / f"started-{item}"
         first = not marker.exists()
         if kind == "hold-once" and first:  # says where it runs, then waits (for the gate or its killer)
-            marker.write_text(str(os.getpid()))
+            written = marker.with_name(f"writing-{item}")
+            written.write_text(str(os.getpid()))
+            written.replace(marker)  # appears whole: a watcher never reads an empty pid
             self._wait_for(self.folder / "gate")
         elif kind == "gate":
             if not self._wait_for(self.folder / "gate"):
