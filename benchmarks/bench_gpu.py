@@ -20,6 +20,9 @@ the 51 skills as options):
 - packed vs naive scoring: options/s, their ratio, and the fraction of the GPU's bf16 dense peak
   (``mfu``: FLOPs estimated as 2 x parameters x tokens run through the model, peak from a table of
   known cards; ``na`` for an unknown card);
+- the warm SayCan step (the previous step's prompt cached, as in an episode; one forward runs the context's
+  new tail and the options): wall ms, its tokens, its MFU, and the device time of its kernels from
+  ``torch.profiler`` (``warm_busy_ms``, CUDA only: the step's time if launches cost nothing);
 - padded multi-request batching vs the per-request loop (``score_batch``) at b = 1, 8, 32 different
   kitchen requests, all prefixes cached first (as in a running sweep);
 - agreement of packed and naive scores in the model's dtype: max abs difference of the summed log-probs
@@ -36,7 +39,7 @@ no Serve unless ``--serve``; it checks that every code path runs and that the sc
     python benchmarks/bench_gpu.py --archs llama-3.2-1b --no-serve --repeats 3
 
 Last line: ``result: gpu=<card|none> archs=<a,b> packed_options_s=<x,y> naive_options_s=... speedup=...
-mfu=... naive_mfu=... warm_step_ms=... padded_ratio_b<k>=... batched_ratio=<x|na> max_abs_diff=...
+mfu=... naive_mfu=... warm_step_ms=... warm_mfu=... warm_busy_ms=... padded_ratio_b<k>=... batched_ratio=<x|na> max_abs_diff=...
 decisions_identical=<yes|tie|no,...> top2_gap=...`` (per-architecture values in the order of ``archs``).
 """
 from __future__ import annotations
@@ -200,6 +203,26 @@ def timed(fn: Any, repeats: int) -> tuple[float, Any]:
 TOLERANCE = {"float32": 1e-3, "float16": 0.25, "bfloat16": 1.0}
 
 
+def device_busy_ms(fn: Any, before: Any, repeats: int = 3) -> float | None:
+    """Median device time (ms) of the CUDA kernels one ``fn()`` call runs, from ``torch.profiler``, with
+    ``before()`` run outside the profile each time: the step's time if launching cost nothing (what CUDA
+    graphs could at best reach). ``None`` where the profiler reports no device events."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    busy = []
+    for _ in range(repeats):
+        before()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            _sync()
+        us = sum(getattr(e, "self_device_time_total", 0) for e in prof.key_averages()
+                 if getattr(e, "device_type", None) == DeviceType.CUDA)
+        busy.append(us / 1e3)
+    busy.sort()
+    return busy[len(busy) // 2] if busy[-1] > 0 else None
+
+
 def agreement(packed: Sequence[Any], naive: Sequence[Any], tol: float) -> dict[str, Any]:
     """How far packed scores are from the naive ones (``OptionScore`` lists of the same options).
 
@@ -228,6 +251,9 @@ class ArchResult:
     mfu: float | None = None
     naive_mfu: float | None = None
     warm_step_ms: float = 0.0
+    warm_tokens: float = 0.0  # tokens one warm step runs through the model (the context tail + the options)
+    warm_mfu: float | None = None
+    warm_busy_ms: float | None = None  # device time of the warm step's kernels (torch.profiler), CUDA only
     ms_per_request: dict[tuple[str, int], float] = field(default_factory=dict)
     agreement: dict[str, Any] = field(default_factory=dict)
     padded_agreement: float = 0.0
@@ -275,16 +301,26 @@ def bench_arch(arch: str, dtype: torch.dtype, device: str, args: argparse.Namesp
     res.agreement["warm_vs_cold"] = max(abs(x.logprob_sum - y.logprob_sum) for x, y in zip(packed, packed_cold))
 
     step1 = requests[0][0]
-    warm = []
-    for _ in range(args.repeats + 1):
+
+    def after_previous_step() -> None:
         lm.cache.clear()
         lm.score(step1, options)  # the previous step's prompt is cached, as in an episode
         _sync()
+
+    warm = []
+    for _ in range(args.repeats + 1):
+        after_previous_step()
+        tok0 = lm.stats.forward_tokens
         t = time.perf_counter()
         lm.score(prompt, options)
         _sync()
         warm.append(time.perf_counter() - t)
+        res.warm_tokens = lm.stats.forward_tokens - tok0
     res.warm_step_ms = 1e3 * sorted(warm[1:])[len(warm[1:]) // 2]
+    if peak:
+        res.warm_mfu = 2 * res.params * res.warm_tokens / (res.warm_step_ms / 1e3) / peak
+    if device == "cuda":
+        res.warm_busy_ms = device_busy_ms(lambda: lm.score(prompt, options), after_previous_step)
 
     for p, o in requests:
         lm.score(p, o)  # every request's prompt cached before timing, as in a running sweep
@@ -405,7 +441,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
         print(f"{r.arch}: {r.params / 1e6:.1f}M params, {r.dtype}, prompt {r.prompt_tokens} tokens, {r.options} options")
         print(f"  packed {r.packed_options_s:.1f} options/s (cold, prompt included), naive {r.naive_options_s:.1f} "
               f"options/s: {r.speedup:.1f}x; MFU packed {_fmt(r.mfu)}, naive {_fmt(r.naive_mfu)}; "
-              f"warm step {r.warm_step_ms:.1f} ms")
+              f"warm step {r.warm_step_ms:.1f} ms ({r.warm_tokens:.0f} tokens, MFU {_fmt(r.warm_mfu)}; "
+              f"kernels busy {_fmt(r.warm_busy_ms)} ms)")
         print("  per request, loop vs padded: " + ", ".join(
             f"b={b}: {r.ms_per_request['loop', b]:.1f} / {r.ms_per_request['padded', b]:.1f} ms ({r.padded_ratio(b):.2f}x)"
             for b in args.batches))
@@ -425,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, str]:
               "packed_options_s": per(lambda r: f"{r.packed_options_s:.4g}"),
               "naive_options_s": per(lambda r: f"{r.naive_options_s:.4g}"),
               "speedup": per(lambda r: f"{r.speedup:.3g}"), "mfu": per(lambda r: _fmt(r.mfu)),
-              "naive_mfu": per(lambda r: _fmt(r.naive_mfu)), "warm_step_ms": per(lambda r: f"{r.warm_step_ms:.4g}")}
+              "naive_mfu": per(lambda r: _fmt(r.naive_mfu)), "warm_step_ms": per(lambda r: f"{r.warm_step_ms:.4g}"),
+              "warm_mfu": per(lambda r: _fmt(r.warm_mfu)), "warm_busy_ms": per(lambda r: _fmt(r.warm_busy_ms))}
     for b in args.batches[1:]:
         fields[f"padded_ratio_b{b}"] = per(lambda r: f"{r.padded_ratio(b):.3g}")
     fields["batched_ratio"] = _fmt(ratio)
