@@ -360,6 +360,11 @@ def test_episode_in_the_kitchen_with_oracle_can(tmp_path):
     assert trace.error is None, trace.error
     assert [s.chosen for s in trace.steps] == plan
     assert trace.execution_success
+    # each step's delta is what the planner appended to its prompt ("done" appends nothing), so the trace gives
+    # back the prompt of every decision, the first one being the episode's opening
+    prompts = trace.step_prompts()
+    assert trace.steps[-1].done and trace.steps[-1].prompt_delta == "" and prompts[-1] == trace.prompt
+    assert prompts[0].endswith("[Step 1]") and all(p.startswith(prompts[0]) for p in prompts)
 
 
 @pytest.mark.parametrize("env", ["kitchen", "babyai", "hanoi", "blocks", "virtualhome"])

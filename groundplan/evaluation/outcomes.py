@@ -60,14 +60,9 @@ def cluster_key(trace: Any) -> str:
     task to a planner that reads the same first observation."""
     from groundplan.core.truth import OracleDeclaration
 
-    prompt, deltas = trace.prompt, [s.prompt_delta for s in trace.steps]
-    # the prompt at the end holds the steps the planner appended: all of them, or all but the last ones where
-    # the episode ended before the planner added them (a "done" that ends it); the longest that matches goes
-    for k in range(len(deltas), 0, -1):
-        grown = "".join(deltas[:k])
-        if grown and prompt.endswith(grown):
-            prompt = prompt[: len(prompt) - len(grown)]
-            break
+    prompt, grown = trace.prompt, "".join(s.prompt_delta for s in trace.steps)
+    if grown and prompt.endswith(grown):  # the prompt at the end holds the steps the planner appended
+        prompt = prompt[: len(prompt) - len(grown)]
     text = normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
     if any(OracleDeclaration.from_dict(d).is_oracle for d in trace.oracles or ()):
         text += f"\x00task:{trace.task_id}"

@@ -461,8 +461,9 @@ class SayCanPayPlanner(EpisodeProgress, Planner):
             self._finished = True
         else:
             self._history.append(action)
-        return Decision(skill=action, done=done, candidates=candidates, prompt_delta=f" {action}\n[Step {n + 1}]",
-                        info=info)
+        # "done" ends the plan without joining the history the prompt is built from, so it appends nothing
+        delta = "" if done else f" {action}\n[Step {n + 1}]"
+        return Decision(skill=action, done=done, candidates=candidates, prompt_delta=delta, info=info)
 
 
 def make_saycanpay(lm: LanguageModel, affordance: CanPaySource | None = None, **options: Any) -> Planner:
