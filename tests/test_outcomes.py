@@ -149,11 +149,6 @@ TYPED_TABLES: dict[str, dict[str, str]] = {
         "### Learned Can and Pay on EAI's tasks": "the Cans probed on test tasks, typed: the selection it made, "
                                                    "redone on validation tasks in the rendered block below it",
     },
-    "docs/results/saycanpay.md": {
-        "#### VirtualHome on the task-name split (2026-11-28, typed)": "typed; needs its models retrained and a rerun",
-        "#### Tower of Hanoi (2026-11-27, confirmed 2026-11-28, typed)": "typed; needs its models retrained and a rerun",
-        "#### BabyAI test-generalize (2026-11-27, typed)": "typed; needs a rerun",
-    },
     "docs/results/scale.md": {
         "## Kitchen: SayCan against No-VF": "typed; needs its runs redone",
         "## Inner Monologue: open loop against +Success, PyBullet tabletop": "typed; needs its runs redone",
