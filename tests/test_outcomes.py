@@ -150,8 +150,6 @@ TYPED_TABLES: dict[str, dict[str, str]] = {
                                                    "redone on validation tasks in the rendered block below it",
     },
     "docs/results/scale.md": {
-        "## Kitchen: SayCan against No-VF": "typed; needs its runs redone",
-        "## Inner Monologue: open loop against +Success, PyBullet tabletop": "typed; needs its runs redone",
         "## SayNav: the LLM's target order against exploration, 100 houses": "typed; needs its runs redone",
         "## Zero-Shot Planners: vanilla against translated, VirtualHome": "typed; needs its runs redone",
     },
