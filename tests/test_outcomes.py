@@ -149,10 +149,6 @@ TYPED_TABLES: dict[str, dict[str, str]] = {
         "### Learned Can and Pay on EAI's tasks": "the Cans probed on test tasks, typed: the selection it made, "
                                                    "redone on validation tasks in the rendered block below it",
     },
-    "docs/results/scale.md": {
-        "## SayNav: the LLM's target order against exploration, 100 houses": "typed; needs its runs redone",
-        "## Zero-Shot Planners: vanilla against translated, VirtualHome": "typed; needs its runs redone",
-    },
 }
 
 
