@@ -598,7 +598,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "prompt); repeatable")
     tb.add_argument("--eai-stored", action="append", default=None, metavar="MODEL", help="--export: add EAI's "
                     "stored answers of MODEL (e.g. gpt-3.5-turbo-0125) as a row on the EAI runs' tasks, judged as the "
-                    "leaderboard judges them, so --pair can test a run's row against it; repeatable")
+                    "leaderboard judges them, so --pair can test a run's row against it; repeatable; 'all': every stored "
+                    "LLM")
     tb.add_argument("--options", default=None, metavar="'KEY=VALUE ...'", help="--markdown: how the table is drawn, "
                     "as a page's marker says it: measures=NAME,NAME (shown, in order), by=family, tests=NAME,NAME "
                     "(paired), paired=all|listed, group=planner|run")

@@ -114,7 +114,7 @@ def test_a_stored_llm_is_exported_as_a_row_on_the_runs_tasks_and_pairs_with_them
     """``groundplan tables --export --eai-stored MODEL``: the stored answers, judged as the leaderboard judges
     them, become a row on the EAI run's tasks (same clusters), so a run's row is tested against it."""
     from groundplan.evaluation import outcomes
-    from groundplan.evaluation.eai.leaderboard import load_outputs, stored_dir
+    from groundplan.evaluation.eai.leaderboard import load_outputs, stored_dir, stored_models
 
     cfg = _config(tmp_path)
     run_sweep(cfg, lm=PromptKeyedLM(), progress=False)
@@ -134,6 +134,8 @@ def test_a_stored_llm_is_exported_as_a_row_on_the_runs_tasks_and_pairs_with_them
     assert "stored answers" in text and "| Open loop | ours |" in text
     with pytest.raises(InvalidInputError, match="no stored answers"):
         outcomes.export_outcomes([cfg.run_dir], eai_stored=["gpt-9"])
+    every = outcomes.export_outcomes([cfg.run_dir], eai_stored=["all"])  # the whole leaderboard, each model once
+    assert [r["name"] for r in every["runs"][1:]] == stored_models(stored_dir()) and len(every["runs"]) == 16
 
 
 def test_open_loop_options_are_checked_when_the_config_loads(tmp_path):

@@ -76,7 +76,8 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
     ``pairs``: rows to test against each other beside the same-label ones, each ``RUN:LABEL=RUN:LABEL``
     (a fine-tuned row against a frozen row of another prompt). ``eai_stored``: EAI's stored LLMs to add as
     rows (run = the model's name, planner ``stored answers``) on the tasks of the EAI runs, judged as the
-    leaderboard judges them; their ``execution_success`` is their success under the official semantics."""
+    leaderboard judges them (``all``: every stored LLM, in name order); their ``execution_success`` is their
+    success under the official semantics."""
     from groundplan.evaluation.saycanpay import plan_length, scored_against_experts
     from groundplan.evaluation.tables import run_configs, run_folders, run_traces, table_kind
 
@@ -140,8 +141,10 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
 
 def _add_stored_rows(runs: list[dict[str, Any]], episodes: list[dict[str, Any]], models: Sequence[str]) -> None:
     """EAI's stored LLMs as rows on the EAI runs' tasks, each task in the cluster its run episodes have."""
-    from groundplan.evaluation.eai.leaderboard import EAI_ENV, stored_measures
+    from groundplan.evaluation.eai.leaderboard import EAI_ENV, stored_dir, stored_measures, stored_models
 
+    if "all" in models:  # the whole leaderboard beside the runs, without typing its 15 names
+        models = [*dict.fromkeys([*(m for m in models if m != "all"), *stored_models(stored_dir())])]
     eai_runs = {r["name"] for r in runs if r["env"] == EAI_ENV}
     tasks = {e["task_id"]: e for e in episodes if e["run"] in eai_runs}
     if not tasks:
