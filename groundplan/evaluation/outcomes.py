@@ -76,8 +76,8 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
     ``pairs``: rows to test against each other beside the same-label ones, each ``RUN:LABEL=RUN:LABEL``
     (a fine-tuned row against a frozen row of another prompt). ``eai_stored``: EAI's stored LLMs to add as
     rows (run = the model's name, planner ``stored answers``) on the tasks of the EAI runs, judged as the
-    leaderboard judges them (``all``: every stored LLM, in name order); their ``execution_success`` is their
-    success under the official semantics."""
+    leaderboard judges them (``all``: every stored LLM, in name order after any named before it, each once);
+    their ``execution_success`` is their success under the official semantics."""
     from groundplan.evaluation.saycanpay import plan_length, scored_against_experts
     from groundplan.evaluation.tables import run_configs, run_folders, run_traces, table_kind
 
