@@ -145,8 +145,6 @@ TYPED_TABLES: dict[str, dict[str, str]] = {
     "docs/results/eai.md": {
         "## The tasks": "the task sets' sizes and what the loader drops (counts, not outcomes)",
         "## The corrections": "what each evaluator correction changes (definitions and counts), typed",
-        "### Learned Can and Pay on EAI's tasks": "the Cans probed on test tasks, typed: the selection it made, "
-                                                   "redone on validation tasks in the rendered block below it",
     },
 }
 
