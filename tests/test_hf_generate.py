@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -137,7 +138,7 @@ def test_beam_memo_answers_a_repeat_and_stays_bounded(tiny):
     assert memo.stats.beam_memo_hits == 1
 
 
-def test_generating_after_an_echo_copies_no_prompt_and_gives_the_same_tokens(tmp_path):
+def test_generating_after_an_echo_copies_no_prompt_and_gives_the_same_tokens(tmp_path, monkeypatch):
     """A client's ``echo`` of ``prompt + option`` then a token after it (lm-evaluation-harness's
     ``max_tokens: 1``): with ``keep_next`` the token comes from the echo's own forward (no forward at all);
     a longer generate runs the option after the cached prompt in that entry's headroom (no copy, nothing
@@ -148,11 +149,15 @@ def test_generating_after_an_echo_copies_no_prompt_and_gives_the_same_tokens(tmp
     one = GenerationParams(n=2, temperature=0.0, max_new_tokens=1, stop=())
     lm.prompt_logprobs(texts, 1, keep_next=True)
     forwarded = lm.stats.forward_tokens
+    encodes = []
+    encode = lm._tokens.encode
+    monkeypatch.setattr(lm._tokens, "encode", lambda text: encodes.append(text) or encode(text))
     for t in texts:
         got, want = lm.generate(t, one), fresh.generate(t, one)
         assert [g.text for g in got] == [g.text for g in want]
         assert got[0].logprob_mean == pytest.approx(want[0].logprob_mean, abs=TOL)
     assert lm.stats.kept_next_tokens == 3 and lm.stats.forward_tokens == forwarded  # no forward ran
+    assert encodes == []  # the kept texts' ids came with their logits: nothing encoded again
     assert lm.generate(texts[0], one)[0].text == fresh.generate(texts[0], one)[0].text  # taken once: now a forward
     four = GenerationParams(n=1, temperature=0.0, max_new_tokens=4, stop=())
     lm.prompt_logprobs(texts, 0)
@@ -185,3 +190,16 @@ def test_a_temperature_or_top_p_near_zero_samples_the_greedy_token():
     assert sample(logprobs, 1.0, 5e-324, generator(0)) == [1, 0]  # top-p near 0 keeps the top token
     flat = torch.log_softmax(torch.zeros(1, 49152), dim=-1)  # the largest log-prob as low as it gets
     assert 0 <= sample(flat, 5e-324, 1.0, generator(0))[0] < 49152
+
+
+def test_kept_next_logits_know_their_text_until_taken_or_evicted():
+    """A kept text's ids are found by its text while its logits are kept, and forgotten with them: taken by
+    a generate, or evicted when the store is over its bytes."""
+    row = torch.zeros(8)  # 32 bytes
+    nexts = NextLogits(64)
+    nexts.put(np.array([1, 2]), row, "ab")
+    nexts.put(np.array([1, 3]), row, "ac")
+    nexts.put(np.array([4]), row)  # token-id prompts keep no text
+    assert nexts.ids_of("ab") is None and nexts.ids_of("ac").tolist() == [1, 3]  # "ab" evicted (over 64 bytes)
+    assert nexts.take(np.array([1, 3])) is row and nexts.ids_of("ac") is None and nexts.nbytes == 32
+    assert nexts.take(np.array([1, 3])) is None

@@ -50,7 +50,9 @@ class Sampler(EnginePart):
         Hugging Face models (Appendix A.1)."""
         kvc, tokenizer = self.kv, self.tokens.tokenizer
         n = params.n
-        ctx = self.tokens.encode(prompt)
+        # after an echo request that kept this text's next-token logits, its ids are known (no encoding)
+        kept_ids = self.nexts.ids_of(prompt) if params.max_new_tokens == 1 else None
+        ctx = kept_ids if kept_ids is not None else self.tokens.encode(prompt)
         if len(ctx) == 0:
             raise InvalidInputError("the prompt is empty and the model has no BOS token to condition on")
         gen = generator(params.seed)
