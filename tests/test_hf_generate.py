@@ -195,11 +195,11 @@ def test_a_temperature_or_top_p_near_zero_samples_the_greedy_token():
 def test_kept_next_logits_know_their_text_until_taken_or_evicted():
     """A kept text's ids are found by its text while its logits are kept, and forgotten with them: taken by
     a generate, or evicted when the store is over its bytes."""
-    row = torch.zeros(8)  # 32 bytes
-    nexts = NextLogits(64)
+    row = torch.zeros(8)  # 32 bytes, 50 with a two-token text's ids (16) and the text (2)
+    nexts = NextLogits(128)
     nexts.put(np.array([1, 2]), row, "ab")
     nexts.put(np.array([1, 3]), row, "ac")
     nexts.put(np.array([4]), row)  # token-id prompts keep no text
-    assert nexts.ids_of("ab") is None and nexts.ids_of("ac").tolist() == [1, 3]  # "ab" evicted (over 64 bytes)
+    assert nexts.ids_of("ab") is None and nexts.ids_of("ac").tolist() == [1, 3]  # "ab" evicted (132 bytes > 128)
     assert nexts.take(np.array([1, 3])) is row and nexts.ids_of("ac") is None and nexts.nbytes == 32
     assert nexts.take(np.array([1, 3])) is None

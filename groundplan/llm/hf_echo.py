@@ -70,8 +70,8 @@ class Positions:
 
 class NextLogits:
     """The raw next-token logits after texts that ``prompt_logprobs`` scored with ``keep_next``, by the texts'
-    token ids, until a ``generate`` of one token after the same text takes them (at most ``max_bytes``; the
-    oldest go first).
+    token ids, until a ``generate`` of one token after the same text takes them (at most ``max_bytes``, the
+    logits and the texts and ids kept with them counted; the oldest go first).
 
     An OpenAI-style client that scores ``prompt + option`` with ``echo`` asks for a token after it in the
     same request (lm-evaluation-harness sends ``max_tokens: 1``). The packed forward that gives the text's
@@ -81,7 +81,7 @@ class NextLogits:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = int(max_bytes)
-        self.entries: OrderedDict[bytes, tuple[torch.Tensor, str | None]] = OrderedDict()
+        self.entries: OrderedDict[bytes, tuple[torch.Tensor, str | None, int]] = OrderedDict()  # logits, text, bytes
         self.texts: dict[str, np.ndarray] = {}  # a kept text's token ids, while its logits are kept
         self.nbytes = 0
         self.lock = threading.Lock()
@@ -94,16 +94,17 @@ class NextLogits:
         with self.lock:
             if (old := self.entries.pop(key, None)) is not None:
                 self._drop(old)
-            self.entries[key] = (logits, text)
+            size = logits.nbytes + (ids.nbytes + len(text) if text is not None else 0)
+            self.entries[key] = (logits, text, size)
             if text is not None:
                 self.texts[text] = ids
-            self.nbytes += logits.nbytes
+            self.nbytes += size
             while self.nbytes > self.max_bytes and self.entries:
                 self._drop(self.entries.popitem(last=False)[1])
 
-    def _drop(self, entry: tuple[torch.Tensor, str | None]) -> None:
-        logits, text = entry
-        self.nbytes -= logits.nbytes
+    def _drop(self, entry: tuple[torch.Tensor, str | None, int]) -> None:
+        _, text, size = entry
+        self.nbytes -= size
         if text is not None:
             self.texts.pop(text, None)
 
