@@ -10,7 +10,7 @@ pytest.importorskip("virtualhome_eval")
 from groundplan.config import EvalConfig  # noqa: E402
 from groundplan.envs import ENVS  # noqa: E402
 from groundplan.envs.virtualhome.eai.prompts import stored_prompts, task_view  # noqa: E402
-from groundplan.envs.virtualhome.eai.tasks import disjoint_ids, load_task  # noqa: E402
+from groundplan.envs.virtualhome.eai.tasks import disjoint_ids, held_out_ids, load_task  # noqa: E402
 from groundplan.grounding.canpay.data import Trajectory, format_input  # noqa: E402
 from groundplan.grounding.canpay.lineage import save_lineage, trajectories_lineage  # noqa: E402
 from groundplan.pipelines.evaluate.lineage import LineageError, check_sweep_lineage  # noqa: E402
@@ -120,3 +120,17 @@ def test_a_train_task_that_solves_a_test_tasks_goal_under_another_name_is_left_o
     assert solves_same_goal(work, email) and not solves_same_goal(email, work)  # Work requires no TYPE
     assert disjoint_ids(["409_2"], pool=["115_2", "3_1"]) == ["3_1"]
     assert not solves_same_goal(load_task("124_1"), email)
+
+
+def test_the_held_out_side_is_every_task_apart_from_the_train_tasks():
+    """A model trained on the train split is tested beyond the sample on every task that shares no task name or
+    task block with a train task and whose goal no train program solves; the sample itself is among them."""
+    # 3_1 shares 124_1's task name, not a train task's; 27_2 is a train task; Work (409_2) is solved by the
+    # train program of Write an email (115_2) under another name
+    assert held_out_ids(["124_1"], pool=["3_1", "27_2", "124_1", "409_2"], train=["27_2", "115_2"]) == ["124_1", "3_1"]
+    sample = ["124_1", "813_2"]
+    env = ENVS.get("virtualhome_eai")(ids=sample, split="held_out", task_set="official")
+    held = [t.task_id for t in env.tasks()]
+    train = disjoint_ids(sample)
+    assert set(sample) <= set(held) and not set(held) & set(train)
+    assert {load_task(i).name for i in held}.isdisjoint({load_task(i).name for i in train})

@@ -22,7 +22,7 @@ from tests.fakes import FakeLM  # noqa: E402
 
 from groundplan.config import EvalConfig  # noqa: E402
 from groundplan.core.errors import InvalidInputError  # noqa: E402
-from groundplan.envs.virtualhome.eai.answer import program_skills  # noqa: E402
+from groundplan.envs.virtualhome.eai.answer import parse_output, program_skills, program_text  # noqa: E402
 from groundplan.envs.virtualhome.eai.prompts import stored_prompts  # noqa: E402
 from groundplan.evaluation.eai import leaderboard  # noqa: E402
 from groundplan.evaluation.eai.judge import EAIJudge  # noqa: E402
@@ -288,3 +288,16 @@ def test_chat_template_sends_the_prompt_as_a_users_turn_and_a_base_model_is_refu
     with pytest.raises(Exception, match="chat_template"):
         _config(tmp_path, planners=[{**OPEN_LOOP, "options": {**OPEN_LOOP["options"], "chat_template": True}}],
                 llm={"backend": "llamacpp", "model": "smollm2-135m-instruct"})
+
+
+def test_a_program_written_as_eai_json_reads_back_as_the_same_steps():
+    """The fine-tuning target of an open-loop model: the steps as one JSON object in order, a repeated action a
+    repeated key (as the stored LLMs write them), which the corrected reading gives back step for step and the
+    official one reads as EAI's evaluator does (first position, last value); a label that is no EAI step is refused."""
+    steps = ["[WALK] <bathroom>", "[STANDUP]", "[WALK] <sink>", "[PUTBACK] <cup> <sink>"]
+    text = program_text(steps)
+    assert text == '{"WALK": ["bathroom"], "STANDUP": [], "WALK": ["sink"], "PUTBACK": ["cup", "sink"]}'
+    assert program_skills(text) == steps
+    assert parse_output(text, repeated_keys=False).steps == (("WALK", ("sink",)), ("STANDUP", ()), ("PUTBACK", ("cup", "sink")))
+    with pytest.raises(ValueError, match="not an EAI step"):
+        program_text(["walk to the sink"])

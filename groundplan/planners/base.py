@@ -6,7 +6,7 @@ calls ``reset`` once, then ``next_step`` until the decision is ``done`` or a ste
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -136,6 +136,12 @@ class Planner(ABC):
         """How this planner's LM writes ``skill`` when it generates it, in the form its prompt then shows the
         step (Zero-Shot's "Step 2: Walk to bed", capitalised); None: the skill's own text. Say fine-tuning
         trains a generated step on it, so the target is what the next prompt holds."""
+        return None
+
+    def plan_text(self, steps: Sequence[str]) -> str | None:
+        """The text this planner's LM writes for the whole plan ``steps`` when it writes its plan before the
+        first step (open loop), in the form it reads the plan from; None (the default): it decides one step at
+        a time. Say fine-tuning trains such a planner's one generation on it."""
         return None
 
     def use_action_model(self, model: "ActionModel | None") -> None:

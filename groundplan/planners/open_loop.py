@@ -17,7 +17,7 @@ resumable, traced) beside the closed-loop planners it is compared with, on the s
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -27,10 +27,23 @@ from groundplan.core.validation import MAX_INSTRUCTION_CHARS, build_config, vali
 from groundplan.llm.base import GenerationParams, LanguageModel
 from groundplan.planners.base import PlanPlayback, Planner, PlannerOptions
 
-#: answer text -> the steps it names, as skill labels; installed plugins may add formats
-ANSWER_FORMATS: Registry[Callable[[str], list[str]]] = Registry("answer format")
-ANSWER_FORMATS.register_lazy("steps", "groundplan.planners.zeroshot:parse_plan")
-ANSWER_FORMATS.register_lazy("eai_json", "groundplan.envs.virtualhome.eai.answer:program_skills")
+
+class AnswerFormat(Protocol):
+    """How an answer names its steps: ``read`` gives the steps (skill labels) a text names, ``write`` the text
+    that names given steps (what Say fine-tuning trains an open-loop model to write, :meth:`OpenLoopPlanner.plan_text`);
+    ``read(write(steps))`` gives the steps back."""
+
+    @staticmethod
+    def read(text: str) -> list[str]: ...
+
+    @staticmethod
+    def write(steps: Sequence[str]) -> str: ...
+
+
+#: the answer formats by name; installed plugins may add formats
+ANSWER_FORMATS: Registry[AnswerFormat] = Registry("answer format")
+ANSWER_FORMATS.register_lazy("steps", "groundplan.planners.zeroshot:StepsAnswer")
+ANSWER_FORMATS.register_lazy("eai_json", "groundplan.envs.virtualhome.eai.answer:EAIJsonAnswer")
 
 
 class OpenLoopConfig(PlannerOptions):
@@ -111,13 +124,17 @@ class OpenLoopPlanner(PlanPlayback, Planner):
                                   stop=tuple(cfg.stop),
                                   seed=(cfg.seed * 1_000_003 + seed) % (2**31) if cfg.temperature > 0 else None)
         answer = self.lm.generate(self._prompt, params)[0]
-        steps = list(ANSWER_FORMATS.get(cfg.answer_format)(answer.text))
+        steps = list(ANSWER_FORMATS.get(cfg.answer_format).read(answer.text))
         self._plan = steps[: cfg.max_steps]
         self._plan_info = {"answer": answer.text, "answer_steps": len(steps),
                            "answer_tokens": answer.num_tokens, "finish_reason": answer.finish_reason}
 
     def next_step(self, observation: Observation, last: StepResult | None = None) -> Decision:
         return self._play(self.config.done_skill)
+
+    def plan_text(self, steps: Sequence[str]) -> str:
+        """The answer that names ``steps`` in the configured format (the whole program, one generation)."""
+        return ANSWER_FORMATS.get(self.config.answer_format).write(steps)
 
 
 def make_open_loop(lm: LanguageModel, affordance: Any = None, demonstrations: Any = None, **options: Any) -> Planner:

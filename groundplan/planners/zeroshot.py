@@ -128,6 +128,19 @@ def parse_plan(text: str) -> list[str]:
     return steps
 
 
+def write_plan(steps: Sequence[str]) -> str:
+    """``"Step 1: <Step>\\nStep 2: …"``: a plan as :func:`format_example` writes an example's steps, which
+    :func:`parse_plan` reads back."""
+    return "\n".join(f"Step {i}: {capitalise(s)}" for i, s in enumerate(steps, 1))
+
+
+class StepsAnswer:
+    """The ``Step n:`` answer format of the open-loop planner (``answer_format: steps``)."""
+
+    read = staticmethod(parse_plan)
+    write = staticmethod(write_plan)
+
+
 # ---------------------------------------------------------------------------------------------
 # Configs
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ training programs) only measures something when the model is trained on the prom
 on. So examples are not formatted by a second copy of each planner's prompt code: the planner itself
 builds them. A trajectory (an expert's, or a successful episode of any planner) is replayed through
 :func:`~groundplan.rollout.episode.run_episode` with the planner under training, whose language model
-is a :class:`ForcedChoiceLM`: at every decision it is told the step the trajectory took, records the
+is a :class:`ForcedChoiceLM`: at every decision it is told the step the trajectory took (a planner that writes its whole plan
+before the first step, :meth:`~groundplan.planners.base.Planner.plan_text`, is told the whole trajectory), records the
 prompt the planner sent with the text the planner reads that step from (the option it scores, or the
 generation it translates, with the generation's stop string), and answers so that the planner chooses
 that step. The env executes it, so the history, feedback and observations the next prompt holds are the
@@ -133,10 +134,16 @@ class ForcedPlanner(Planner):
         self.max_steps = len(self.steps) + 1
         self._i = 0
         self.first_observation = ""
+        self._whole_plan: str | None = None
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         self._i = 0
         self.first_observation = observation.text
+        # a planner that writes its whole plan at reset (open loop) reads it from one generation: the
+        # trajectory's steps in its answer format
+        self._whole_plan = self.planner.plan_text([s for s in self.steps if s != self.done_skill])
+        if self._whole_plan is not None:
+            self.lm.expect("", self._whole_plan)
         self.planner.reset(task, observation, seed=seed)
 
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
@@ -148,7 +155,8 @@ class ForcedPlanner(Planner):
         chosen_done = decision.done
         want_done = step == self.done_skill
         if chosen_done != want_done or (not want_done and _norm(decision.skill) != _norm(step)):
-            self.lm.recorded = self.lm.recorded[: self._i]
+            # the decisions before it stand; a whole plan's one example does not
+            self.lm.recorded = [] if self._whole_plan is not None else self.lm.recorded[: self._i]
             raise Diverged(f"step {self._i + 1}: the planner chose {decision.skill!r}, the trajectory {step!r}")
         self._i += 1
         return decision

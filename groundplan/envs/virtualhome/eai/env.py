@@ -32,7 +32,6 @@ in this env: it writes the whole program from the prompt, and its answer is judg
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
@@ -45,7 +44,7 @@ from groundplan.core.validation import validate_options
 from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.experts import ReferencePlanExpert
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
-from groundplan.envs.virtualhome.eai.answer import skill_label
+from groundplan.envs.virtualhome.eai.answer import parse_skill, skill_label
 from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals, unsatisfied
 from groundplan.envs.virtualhome.eai.prompts import prompt_actions
 from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line
@@ -57,8 +56,6 @@ register_measure("eai_length", "steps executed (additional steps included, faile
                  higher_is_better=False)
 
 MEASURES = ("failed_attempts", "eai_length")
-_SKILL = re.compile(r"^\[([A-Z_]+)\]((?:\s*<[^<>]+>)*)\s*$")
-_ARG = re.compile(r"<([^<>]+)>")
 
 
 class EAIEnvConfig(BaseModel):
@@ -75,18 +72,12 @@ class EAIEnvConfig(BaseModel):
     ids: list[str] | None = Field(None, description="Only these task ids of the set (each must be in it); "
                                   "limit then samples among them. Loads only their tasks.")
     done_skill: str = Field("done", min_length=1, description="Label that ends an episode; offered with the skills.")
-    split: Literal["test", "train"] = Field(
+    split: Literal["test", "train", "held_out"] = Field(
         "test", description="'test': the tasks above. 'train': every task of the full set whose task name is no "
         "test task's and whose task block (what a learned model reads of the prompt, prompts.task_view) is no test "
-        "task's: the data of a Can/Pay model evaluated on the test tasks (split by task, never by trajectory).")
-
-
-def parse_skill(label: str) -> tuple[str, list[str]]:
-    """``"[PUTBACK] <cup> <sink>"`` -> ``("PUTBACK", ["cup", "sink"])``; ValueError when it is not a skill."""
-    m = _SKILL.match(label.strip())
-    if m is None:
-        raise ValueError(f"not an EAI step: {label!r} (expected '[ACTION] <object> ...')")
-    return m.group(1), _ARG.findall(m.group(2))
+        "task's: the data of a Can/Pay model evaluated on the test tasks (split by task, never by trajectory). "
+        "'held_out': every task of task_set that shares no task name, task block or goal with a train task: the "
+        "test tasks above and the rest of the held-out side (a model trained on 'train' tested beyond the sample).")
 
 
 @functools.lru_cache(maxsize=512)
@@ -152,6 +143,8 @@ class EAIVirtualHomeEnv(Env):
             ids = eai_tasks.sample_ids(self.config.task_set, self.config.limit, self.config.sample_seed, ids=self.config.ids)
         except KeyError as exc:
             raise InvalidInputError(str(exc.args[0])) from None
+        if self.config.split == "held_out":
+            ids = eai_tasks.held_out_ids(ids, self.config.task_set)
         if self.config.split == "train":
             ids = eai_tasks.disjoint_ids(ids)
             if not ids:

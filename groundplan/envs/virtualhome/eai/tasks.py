@@ -29,7 +29,7 @@ import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from groundplan.core.paths import atomic_write_text, cache_dir
 from groundplan.core.types import Task
@@ -292,17 +292,29 @@ def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> 
     :func:`~groundplan.envs.virtualhome.eai.prompts.task_view`) with any of ``test_ids``, nor solve the same goal
     as one (:func:`solves_same_goal`): the train tasks of a model tested on those (split by task, so two
     programs of one task name never sit on both sides, nor a near-duplicate under another name)."""
+    test = [load_task(i) for i in test_ids]
+    apart = _apart_from(test)
+    return [i for i in (sorted(pool) if pool is not None else sample_ids("full"))
+            if apart(task := load_task(i)) and not any(solves_same_goal(t, task) for t in test)]
+
+
+def held_out_ids(test_ids: Iterable[str], which: Literal["all", "official", "full"] = "official",
+                 pool: Iterable[str] | None = None, train: Iterable[str] | None = None) -> list[str]:
+    """Every task of set ``which`` (or of ``pool``) on the held-out side of the split that ``test_ids`` define:
+    no task name and no task block of any train task (``train``, by default :func:`disjoint_ids` of
+    ``test_ids``), and no goal a train task's program solves. ``test_ids`` themselves are among them; the rest
+    are the test tasks beyond a sample."""
+    train_tasks = [load_task(i) for i in (disjoint_ids(test_ids) if train is None else train)]
+    apart = _apart_from(train_tasks)
+    return [i for i in (sorted(pool) if pool is not None else sample_ids(which))
+            if apart(task := load_task(i)) and not any(solves_same_goal(task, t) for t in train_tasks)]
+
+
+def _apart_from(tasks: Sequence[EAITask]) -> Callable[[EAITask], bool]:
+    """Whether a task shares neither the task name nor the task block with any of ``tasks``."""
     from groundplan.envs.splits import instruction_key
     from groundplan.envs.virtualhome.eai.prompts import task_view
 
-    test = [load_task(i) for i in test_ids]
-    names = {t.name for t in test}
-    views = {instruction_key(task_view(t.prompt)) for t in test}
-    out = []
-    for i in sorted(pool) if pool is not None else sample_ids("full"):
-        task = load_task(i)
-        if task.name not in names and instruction_key(task_view(task.prompt)) not in views \
-                and not any(solves_same_goal(t, task) for t in test):
-            out.append(i)
-    return out
-
+    names = {t.name for t in tasks}
+    views = {instruction_key(task_view(t.prompt)) for t in tasks}
+    return lambda task: task.name not in names and instruction_key(task_view(task.prompt)) not in views
