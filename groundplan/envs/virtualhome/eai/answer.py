@@ -23,9 +23,10 @@ from typing import Any, Sequence
 
 #: parse error kinds: not JSON (the evaluator counts it twice), and JSON but nothing to execute
 INVALID_JSON = "invalid_json"
+EMPTY = "empty"
+#: a step in EAI's script notation (``[PUTBACK] <cup> <sink>``) and one of its arguments
 _SKILL = re.compile(r"^\[([A-Z_]+)\]((?:\s*<[^<>]+>)*)\s*$")
 _ARG = re.compile(r"<([^<>]+)>")
-EMPTY = "empty"
 
 
 @dataclass(frozen=True)
