@@ -88,8 +88,8 @@ def capitalise(step: str) -> str:
 
 def format_example(name: str, steps: Sequence[str]) -> str:
     """``"Task: <name>\\nStep 1: <Step>\\nStep 2: …"`` (no trailing newline)."""
-    lines = [f"Task: {name}"] + [f"Step {i}: {capitalise(s)}" for i, s in enumerate(steps, 1)]
-    return "\n".join(lines)
+    head = f"Task: {name}"
+    return f"{head}\n{write_plan(steps)}" if steps else head
 
 
 def opening_prompt(example: Demo | None, query: str) -> str:
@@ -129,8 +129,8 @@ def parse_plan(text: str) -> list[str]:
 
 
 def write_plan(steps: Sequence[str]) -> str:
-    """``"Step 1: <Step>\\nStep 2: …"``: a plan as :func:`format_example` writes an example's steps, which
-    :func:`parse_plan` reads back."""
+    """``"Step 1: <Step>\\nStep 2: …"``: a plan's steps as an example shows them (:func:`format_example`),
+    which :func:`parse_plan` reads back."""
     return "\n".join(f"Step {i}: {capitalise(s)}" for i, s in enumerate(steps, 1))
 
 

@@ -145,7 +145,7 @@ class EAIVirtualHomeEnv(Env):
             raise InvalidInputError(str(exc.args[0])) from None
         if self.config.split == "held_out":
             ids = eai_tasks.held_out_ids(ids, self.config.task_set)
-        if self.config.split == "train":
+        elif self.config.split == "train":
             ids = eai_tasks.disjoint_ids(ids)
             if not ids:
                 raise InvalidInputError("no task of EAI's full set is disjoint from the test tasks (by task name and "
