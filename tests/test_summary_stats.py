@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from groundplan.core.errors import InvalidInputError
-from groundplan.core.stats import holm_adjust
+from groundplan.core.stats import _wilson_bounds, clustered_wilson, holm_adjust
 from groundplan.evaluation.summary import (
     ALL,
     mcnemar_exact,
@@ -328,3 +328,26 @@ def test_paired_test_is_mcnemar_for_proportions_and_the_paired_difference_otherw
     assert [r["significant"] for r in family] == [True, True]
     assert family[0]["adjustment"] == "Holm-Bonferroni over the 2 tests of this example"
 
+
+
+
+
+def _wilson_upper(p: float, n: float) -> float:
+    return _wilson_bounds(p, n, 1.96)[1]  # the Wilson formula has its own tests above; here n_eff is the point
+
+def test_clustered_wilson_counts_each_cluster_once_when_one_cluster_holds_every_success():
+    # 114 episodes in 8 clusters (the Zero-Shot test programs by name)
+    sizes = [23, 6, 19, 5, 22, 6, 10, 23]
+    _, _, hi_none = clustered_wilson([(0, m) for m in sizes])
+    assert hi_none == pytest.approx(_wilson_upper(0.0, 8))
+    # one success: the interval is Wilson's at the 8 clusters, not at 114 independent episodes (0.048)
+    one = [(1 if i == 1 else 0, m) for i, m in enumerate(sizes)]
+    _, _, hi_one = clustered_wilson(one)
+    assert hi_one == pytest.approx(_wilson_upper(1 / 114, 8))
+    assert hi_one >= hi_none
+    # ten successes, all in one cluster: still at most the clusters
+    ten = [(10 if i == 2 else 0, m) for i, m in enumerate(sizes)]
+    assert clustered_wilson(ten)[2] >= _wilson_upper(10 / 114, 8) - 1e-12
+    # successes in two clusters: the cluster-robust variance decides, and here counts more than 8
+    spread = [(1 if i in (0, 1) else 0, m) for i, m in enumerate(sizes)]
+    assert clustered_wilson(spread)[2] < _wilson_upper(2 / 114, 8)

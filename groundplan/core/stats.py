@@ -51,7 +51,10 @@ def clustered_wilson(clusters: Sequence[tuple[int, int]], z: float = 1.96) -> tu
 
     with the binomial one (Kish 1965; Donner & Klar 2000, ch. 6). ``clusters`` is (successes, episodes) per
     cluster. When p̂ is 0 or 1, or there is one cluster, v says nothing, and n_eff is the number of clusters:
-    the interval then counts each cluster once, as the most correlated reading would."""
+    the interval then counts each cluster once, as the most correlated reading would. When the successes
+    (or the failures) all lie in one cluster, v rests on that one cluster and cannot tell a correlated
+    cluster from chance, so n_eff is at most the number of clusters (one success in 114 episodes of 8
+    clusters would otherwise get the interval of 114 independent episodes, narrower than no success's)."""
     if any(m <= 0 or y < 0 or y > m for y, m in clusters):
         raise InvalidInputError("every cluster needs 0 <= successes <= episodes and at least one episode")
     k = len(clusters)
@@ -60,7 +63,11 @@ def clustered_wilson(clusters: Sequence[tuple[int, int]], z: float = 1.96) -> tu
         return 0.0, 0.0, 1.0
     p = sum(y for y, _ in clusters) / n
     v = (k / (k - 1)) * sum((y - p * m) ** 2 for y, m in clusters) / n ** 2 if k > 1 else 0.0
-    n_eff = float(k) if v <= 0 or p in (0.0, 1.0) else min(float(n), p * (1 - p) / v)
+    informative = min(sum(1 for y, _ in clusters if y > 0), sum(1 for y, m in clusters if y < m))
+    if v <= 0 or p in (0.0, 1.0):
+        n_eff = float(k)
+    else:
+        n_eff = min(float(n) if informative > 1 else float(k), p * (1 - p) / v)
     if n_eff <= 0:
         return p, 0.0, 1.0
     lo, hi = _wilson_bounds(p, n_eff, z)
