@@ -329,11 +329,9 @@ def test_paired_test_is_mcnemar_for_proportions_and_the_paired_difference_otherw
     assert family[0]["adjustment"] == "Holm-Bonferroni over the 2 tests of this example"
 
 
-
-
-
 def _wilson_upper(p: float, n: float) -> float:
     return _wilson_bounds(p, n, 1.96)[1]  # the Wilson formula has its own tests above; here n_eff is the point
+
 
 def test_clustered_wilson_counts_each_cluster_once_when_one_cluster_holds_every_success():
     # 114 episodes in 8 clusters (the Zero-Shot test programs by name)
