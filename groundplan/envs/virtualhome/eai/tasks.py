@@ -292,10 +292,8 @@ def disjoint_ids(test_ids: Iterable[str], pool: Iterable[str] | None = None) -> 
     :func:`~groundplan.envs.virtualhome.eai.prompts.task_view`) with any of ``test_ids``, nor solve the same goal
     as one (:func:`solves_same_goal`): the train tasks of a model tested on those (split by task, so two
     programs of one task name never sit on both sides, nor a near-duplicate under another name)."""
-    test = [load_task(i) for i in test_ids]
-    apart = _apart_from(test)
-    return [i for i in (sorted(pool) if pool is not None else sample_ids("full"))
-            if apart(task := load_task(i)) and not any(solves_same_goal(t, task) for t in test)]
+    apart = _apart_from([load_task(i) for i in test_ids], they_are="test")
+    return [i for i in (sorted(pool) if pool is not None else sample_ids("full")) if apart(load_task(i))]
 
 
 def held_out_ids(test_ids: Iterable[str], which: Literal["all", "official", "full"] = "official",
@@ -305,16 +303,24 @@ def held_out_ids(test_ids: Iterable[str], which: Literal["all", "official", "ful
     ``test_ids``), and no goal a train task's program solves. ``test_ids`` themselves are among them; the rest
     are the test tasks beyond a sample."""
     train_tasks = [load_task(i) for i in (disjoint_ids(test_ids) if train is None else train)]
-    apart = _apart_from(train_tasks)
-    return [i for i in (sorted(pool) if pool is not None else sample_ids(which))
-            if apart(task := load_task(i)) and not any(solves_same_goal(task, t) for t in train_tasks)]
+    apart = _apart_from(train_tasks, they_are="train")
+    return [i for i in (sorted(pool) if pool is not None else sample_ids(which)) if apart(load_task(i))]
 
 
-def _apart_from(tasks: Sequence[EAITask]) -> Callable[[EAITask], bool]:
-    """Whether a task shares neither the task name nor the task block with any of ``tasks``."""
+def _apart_from(tasks: Sequence[EAITask], they_are: Literal["test", "train"]) -> Callable[[EAITask], bool]:
+    """Whether a task is on the other side of the split from ``tasks`` (the test or the train tasks): it shares
+    neither the task name nor the task block with any of them, and no goal (:func:`solves_same_goal`, whose
+    first task is the test side's)."""
     from groundplan.envs.splits import instruction_key
     from groundplan.envs.virtualhome.eai.prompts import task_view
 
     names = {t.name for t in tasks}
     views = {instruction_key(task_view(t.prompt)) for t in tasks}
-    return lambda task: task.name not in names and instruction_key(task_view(task.prompt)) not in views
+
+    def apart(task: EAITask) -> bool:
+        if task.name in names or instruction_key(task_view(task.prompt)) in views:
+            return False
+        pairs = ((t, task) for t in tasks) if they_are == "test" else ((task, t) for t in tasks)
+        return not any(solves_same_goal(test, train) for test, train in pairs)
+
+    return apart
