@@ -88,6 +88,23 @@ def test_mean_scoring_and_ties_are_pruned_exactly():
             assert _decisions(ta) == _decisions(tb)
 
 
+def test_power_score_interpolates_sum_and_mean_with_and_without_pruning():
+    # done: one token, log p -3; "find a coke can": four tokens, log p -8 in all (mean -2)
+    from groundplan.planners.saycan import SayCanPlanner
+
+    env = ToyEnv()
+    task = env.tasks()[0]
+    expected = {("sum", 0.5): "done", ("mean", 0.5): "find a coke can", ("power", 0.0): "done",
+                ("power", 0.5): "done", ("power", 0.8): "find a coke can", ("power", 1.0): "find a coke can"}
+    for (llm_score, alpha), skill in expected.items():
+        for prune in (True, False):
+            lm = FakeLM({"done": -3.0, "find a coke can": -8.0}, default_token_logprob=-50.0)
+            p = SayCanPlanner(lm, FixedAffordance({}), llm_score=llm_score, length_alpha=alpha, prune=prune)
+            observation = env.reset(task, 0)
+            p.reset(task, observation)
+            assert p.next_step(observation, None).skill == skill, (llm_score, alpha, prune)
+
+
 def test_positive_logprobs_turn_pruning_off_rather_than_change_the_answer():
     # a broken backend returning log p > 0: the bound does not hold, so every option is scored
     lm = FakeLM({"done": 6.0, "find a coke can": 0.5}, default_token_logprob=-1.0)

@@ -116,11 +116,20 @@ class DialogPlannerConfig(PlannerOptions):
 class SayCanConfig(DialogPlannerConfig):
     """SayCan's options (Sec. 3, Algorithm 1; Sec. 5.5 for ``use_affordance=False``)."""
 
-    llm_score: Literal["sum", "mean"] = Field(
+    llm_score: Literal["sum", "mean", "power"] = Field(
         "sum",
         description="How an option's token log-probs become p_LLM: 'sum' (the log-probability of the "
-        "whole label, as the authors' tabletop demo) or 'mean' (length-normalised). The paper does not "
-        "say; 'sum' is the default.",
+        "whole label, as the authors' tabletop demo), 'mean' (length-normalised) or 'power' (the sum "
+        "divided by num_tokens ** length_alpha, the length normalisation of Wu et al. 2016, Sec. 7: "
+        "alpha 0 is the sum, 1 the mean). The paper does not say; 'sum' is the default. The sum favours "
+        "short labels such as the done skill, the mean long ones whose later tokens are near-certain.",
+    )
+    length_alpha: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="The exponent of llm_score 'power' (ignored by 'sum' and 'mean'): a choice to make "
+        "on validation tasks.",
     )
     use_affordance: bool = Field(
         True,
@@ -254,7 +263,8 @@ class SayCanPlanner(DialogPlanner):
 
     Each step scores the admissible labels ``" <skill>"`` as continuations of the prompt (all in one
     ``lm.score`` call with ``prune=False``; with affordance-bound pruning, the default, only those
-    that can still win, in packed chunks by descending affordance), takes log p_LLM as the sum (default) or mean of its token log-probs, adds
+    that can still win, in packed chunks by descending affordance), takes log p_LLM as the sum (default), mean or
+    length-normalised sum (``llm_score``) of its token log-probs, adds
     log p_affordance (an affordance of 0 gives -inf and is never chosen unless every skill has it),
     and picks the argmax; ties go to the first skill in the observation's order. The last step's
     feedback is not used: SayCan is open loop in language and sees the world only through the
@@ -332,7 +342,12 @@ class SayCanPlanner(DialogPlanner):
         return list(scores)
 
     def _llm_value(self, score: Any) -> float:
-        return float(score.logprob_sum if self.config.llm_score == "sum" else score.logprob_mean)
+        """log p_LLM of one option under ``llm_score``; every choice stays <= 0, which pruning needs."""
+        if self.config.llm_score == "sum":
+            return float(score.logprob_sum)
+        if self.config.llm_score == "mean":
+            return float(score.logprob_mean)
+        return float(score.logprob_sum) / float(score.num_tokens) ** self.config.length_alpha
 
     def _pruned_step(self, observation: Observation, skills: list[str]) -> Decision:
         """Algorithm 1's argmax with affordance-bound pruning (see ``SayCanConfig.prune``).
