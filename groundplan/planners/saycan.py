@@ -120,7 +120,7 @@ class SayCanConfig(DialogPlannerConfig):
         "sum",
         description="How an option's token log-probs become p_LLM: 'sum' (the log-probability of the "
         "whole label, as the authors' tabletop demo), 'mean' (length-normalised) or 'power' (the sum "
-        "divided by num_tokens ** length_alpha, the length normalisation of Wu et al. 2016, Sec. 7: "
+        "divided by num_tokens ** length_alpha, the simple form of the length normalisation in Wu et al. 2016, Sec. 7: "
         "alpha 0 is the sum, 1 the mean). The paper does not say; 'sum' is the default. The sum favours "
         "short labels such as the done skill, the mean long ones whose later tokens are near-certain.",
     )
