@@ -72,6 +72,16 @@ def format_step(skill: str, number: int, done: bool) -> str:
     return f" {skill}." if done else f" {skill}, {number + 1}."
 
 
+def option_logprob(score: Any, llm_score: str, length_alpha: float = 0.5) -> float:
+    """log p_LLM of one scored option under ``SayCanConfig.llm_score`` ('sum', 'mean' or 'power': the sum over
+    num_tokens ** length_alpha); every choice stays <= 0, which affordance-bound pruning needs."""
+    if llm_score == "sum":
+        return float(score.logprob_sum)
+    if llm_score == "mean":
+        return float(score.logprob_mean)
+    return float(score.logprob_sum) / float(score.num_tokens) ** length_alpha
+
+
 # ---------------------------------------------------------------------------------------------
 # Configs
 # ---------------------------------------------------------------------------------------------
@@ -342,12 +352,7 @@ class SayCanPlanner(DialogPlanner):
         return list(scores)
 
     def _llm_value(self, score: Any) -> float:
-        """log p_LLM of one option under ``llm_score``; every choice stays <= 0, which pruning needs."""
-        if self.config.llm_score == "sum":
-            return float(score.logprob_sum)
-        if self.config.llm_score == "mean":
-            return float(score.logprob_mean)
-        return float(score.logprob_sum) / float(score.num_tokens) ** self.config.length_alpha
+        return option_logprob(score, self.config.llm_score, self.config.length_alpha)
 
     def _pruned_step(self, observation: Observation, skills: list[str]) -> Decision:
         """Algorithm 1's argmax with affordance-bound pruning (see ``SayCanConfig.prune``).

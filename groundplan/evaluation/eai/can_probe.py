@@ -49,7 +49,7 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
     from groundplan.envs.virtualhome.eai.env import task_skills
     from groundplan.envs.virtualhome.eai.tasks import load_task
     from groundplan.planners.prompt_files import load_prompt
-    from groundplan.planners.saycan import build_prompt, format_step
+    from groundplan.planners.saycan import build_prompt, format_step, option_logprob
 
     few_shot = load_prompt(prompt) if lm is not None else ""
     for task_id in task_ids:
@@ -71,7 +71,7 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
             if lm is not None:
                 scores = lm.score(text, [" " + s for s in skills])
                 for mode in LLM_SCORES:
-                    llm = np.array([s.logprob_sum if mode == "sum" else s.logprob_mean for s in scores], dtype=float)
+                    llm = np.array([option_logprob(s, mode) for s in scores], dtype=float)
                     ranks[f"LLM {mode}"] = rank_of(llm, g)
                     for label, lc in log_can.items():
                         ranks[f"SayCan {mode} × {label}"] = rank_of(llm + lc, g)
