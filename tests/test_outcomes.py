@@ -233,6 +233,34 @@ def test_a_row_that_reads_a_tasks_truth_as_an_oracle_clusters_by_task():
     assert outcomes.cluster_key(trace("a", [])) == outcomes.cluster_key(trace("b", []))
     assert outcomes.cluster_key(trace("a", stand_in)) == outcomes.cluster_key(trace("b", stand_in))
     assert outcomes.cluster_key(trace("a", oracle)) != outcomes.cluster_key(trace("b", oracle))
+    assert outcomes.prompt_key(trace("a", oracle)) == outcomes.prompt_key(trace("b", oracle)) is not None
+    assert outcomes.prompt_key(trace("a", [])) is None and outcomes.prompt_key(trace("a", stand_in)) is None
+
+
+def test_an_oracle_rows_pairs_are_tested_again_per_distinct_prompt(tmp_path):
+    """Four tasks, two prompts: the oracle rows are four clusters, and their pair is tested over the four
+    episodes (each its own cluster: no second test) and over the two prompts' first episodes."""
+    oracle = [OracleDeclaration(name="pre", wording="preconditions", reads=frozenset({Truth.STATE})).to_dict()]
+    folders = []
+    for name, wins in (("frozen", "0001"), ("tuned", "1110")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"name": name, "env": {"name": "virtualhome", "options": {}},
+                                                        "llm": {"model": name}}))
+        write_traces(folder / "traces.jsonl", [
+            EpisodeTrace(episode_id=f"{name}{i}", planner="SayCan", env="virtualhome", task_id=str(i), family="f",
+                         instruction="Drink" if i < 2 else "Work", seed=0, llm=name, prompt=f"Task: {i // 2}",
+                         config_hash="h", execution_success=w == "1", oracles=oracle)
+            for i, w in enumerate(wins)])
+        folders.append(folder)
+    doc = outcomes.export_outcomes(folders)
+    assert len({e["cluster"] for e in doc["episodes"] if e["run"] == "frozen"}) == 4
+    assert len({e["prompt"] for e in doc["episodes"] if e["run"] == "frozen"}) == 2
+    table = outcomes.render_markdown(doc)
+    assert "| 4 | 4 | 0 |" in table  # episodes, clusters, errors
+    units = [line.split(" | ")[3:7] for line in table.splitlines() if line.startswith("| SayCan † (frozen) |")]
+    assert units == [["episodes", "4", "1", "3"], ["prompts (first episode each)", "2", "0", "2"]]
+    assert "Holm over the 2 tests" in table
 
 
 def test_a_missing_or_broken_outcomes_file_is_a_clear_error(tmp_path):

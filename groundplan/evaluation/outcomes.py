@@ -24,7 +24,9 @@ instruction are one question to a planner that reads only the instruction):
 :func:`~groundplan.core.stats.clustered_wilson` and :func:`~groundplan.core.stats.clustered_mean_interval`.
 Rows with one planner label in several runs (a fine-tuned model beside its frozen twin on the same episodes)
 are paired: exact McNemar over the shared episodes and again with one outcome per cluster (its first
-episode), Holm-adjusted over every test of the table.
+episode), Holm-adjusted over every test of the table. A row that reads each task's truth as an oracle is
+clustered by task, and its episodes also carry the hash of their opening prompt alone (:func:`prompt_key`):
+its pairs are tested once more with one outcome per distinct prompt, what the language model was asked.
 """
 from __future__ import annotations
 
@@ -58,15 +60,33 @@ def cluster_key(trace: Any) -> str:
     Episodes alike in it are one question to the planner whatever their hidden state, so they are one
     cluster: the programs of one VirtualHome task name to Zero-Shot (its prompt is the name), the seeds of a
     task to a planner that reads the same first observation."""
-    from groundplan.core.truth import OracleDeclaration
+    text = _opening(trace)
+    if _reads_task_truth(trace):
+        text += f"\x00task:{trace.task_id}"
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
+
+def prompt_key(trace: Any) -> str | None:
+    """For a row whose clusters split by task because it reads each task's truth as an oracle
+    (:func:`cluster_key`), the hash of its opening prompt alone: the coarser grouping, one question to the
+    language model, under which the tables test such a row once more (what the model read, the oracle's
+    reading aside). ``None`` for every other row, whose cluster is already that."""
+    return hashlib.sha1(_opening(trace).encode()).hexdigest()[:12] if _reads_task_truth(trace) else None
+
+
+def _opening(trace: Any) -> str:
+    """The episode's opening prompt, normalised (:func:`cluster_key`)."""
     prompt, grown = trace.prompt, "".join(s.prompt_delta for s in trace.steps)
     if grown and prompt.endswith(grown):  # the prompt at the end holds the steps the planner appended
         prompt = prompt[: len(prompt) - len(grown)]
-    text = normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
-    if any(OracleDeclaration.from_dict(d).is_oracle for d in trace.oracles or ()):
-        text += f"\x00task:{trace.task_id}"
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
+    return normalise_text(prompt) if prompt else "instruction:" + normalise_text(trace.instruction)
+
+
+def _reads_task_truth(trace: Any) -> bool:
+    """Whether the row declares reading the task's ground truth as an oracle."""
+    from groundplan.core.truth import OracleDeclaration
+
+    return any(OracleDeclaration.from_dict(d).is_oracle for d in trace.oracles or ())
 
 
 def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None = None,
@@ -112,7 +132,7 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
                             **{k: float(v) for k, v in sorted(t.metrics.items()) if isinstance(v, (int, float))}}
             episodes.append({"run": name, "planner": t.planner, "config_hash": t.config_hash,
                              "task_id": t.task_id, "family": t.family, "seed": t.seed, "cluster": cluster_key(t),
-                             **measures})
+                             **({} if (key := prompt_key(t)) is None else {"prompt": key}), **measures})
             if (note := marks.footnote(t.planner)) is not None:  # what the row read of the simulator's truth
                 footnotes[t.planner] = {"mark": marks.mark(t.planner), "note": note}
     if eai_stored:
@@ -157,7 +177,8 @@ def _add_stored_rows(runs: list[dict[str, Any]], episodes: list[dict[str, Any]],
             like = tasks[task_id]
             episodes.append({"run": model, "planner": "stored answers", "config_hash": config_hash,
                              "task_id": task_id, "family": like["family"], "seed": like["seed"],
-                             "cluster": like["cluster"], "execution_success": m.get("success_official", 0.0),
+                             "cluster": like["cluster"],
+                             **({"prompt": like["prompt"]} if "prompt" in like else {}), "execution_success": m.get("success_official", 0.0),
                              **dict(sorted(m.items()))})
 
 
@@ -236,7 +257,7 @@ def _rows(doc: dict[str, Any], group: str = "planner") -> list[tuple[str, str]]:
     return [(p, r) for p in planners for r in order if r in runs[p]]
 
 
-_IDENTITY = {"run", "planner", "config_hash", "task_id", "family", "seed", "cluster"}
+_IDENTITY = {"run", "planner", "config_hash", "task_id", "family", "seed", "cluster", "prompt"}
 
 
 def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
@@ -320,9 +341,10 @@ def _by_family(doc: dict[str, Any], rows: list[tuple[str, str]], names: list[str
 def render_markdown(doc: dict[str, Any], spec: TableSpec | None = None) -> str:
     """The table of ``doc``: a row per (planner, run) with n (episodes and clusters), each 0/1 measure as
     rate [95% clustered Wilson] (k/n) and each other measure as mean [95% cluster-robust interval]; then the
-    paired tests (:class:`TableSpec`'s ``paired`` and ``tests``), each over the shared episodes and over one
-    episode per cluster (where a cluster holds more than one: else it is the same test, which would only
-    double the Holm family), Holm-adjusted together; then the footnotes of the rows that read simulator
+    paired tests (:class:`TableSpec`'s ``paired`` and ``tests``), each over the shared episodes, over one
+    episode per cluster and, where A's episodes carry a :func:`prompt_key`, over one episode per distinct
+    prompt (each only where it has fewer units than the one before: else it is the same test, which would
+    only grow the Holm family), Holm-adjusted together; then the footnotes of the rows that read simulator
     truth. ``spec.by="family"``: a table per task family first."""
     from groundplan.evaluation.summary import holm, paired_test
 
@@ -359,13 +381,15 @@ def render_markdown(doc: dict[str, Any], spec: TableSpec | None = None) -> str:
         base = {(e["task_id"], e["seed"]): e for e in eps[a] if "error" not in e}
         mine = {(e["task_id"], e["seed"]): e for e in eps[b] if "error" not in e}
         keys = [k for k in base if k in mine]
-        firsts: dict[str, tuple[str, int]] = {}
-        for k in keys:
-            firsts.setdefault(base[k]["cluster"], k)
+        units = [("episodes", keys)]
+        for unit, field in (("clusters (first episode each)", "cluster"), ("prompts (first episode each)", "prompt")):
+            firsts: dict[str, tuple[str, int]] = {}
+            for k in keys:
+                firsts.setdefault(base[k].get(field, base[k]["cluster"]), k)
+            # one episode a group, or the groups of the unit before: the same test again
+            if len(firsts) < len(units[-1][1]):
+                units.append((unit, list(firsts.values())))
         for m in tested:
-            units = [("episodes", keys)]
-            if len(firsts) < len(keys):  # with one episode a cluster, the per-cluster test is the same test again
-                units.append(("clusters (first episode each)", list(firsts.values())))
             value = (lambda e: None if m not in e else e[m] == 1.0) if m in binary else (lambda e: e.get(m))
             for unit, ks in units:
                 rec = paired_test([(value(base[k]), value(mine[k])) for k in ks], proportion=m in binary)
