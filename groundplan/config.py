@@ -234,14 +234,15 @@ class PlannerSpec(_Strict):
 
     def variants(self) -> list["PlannerSpec"]:
         """This planner, or one planner per combination of its grid's values (grid keys override
-        ``options``)."""
+        ``options``), labelled ``<label> [key=value ...]``; :attr:`display` appends the oracles the variant
+        reads after the brackets, once."""
         if not self.grid:
             return [self]
         keys = list(self.grid)
         out = []
         for values in itertools.product(*(self.grid[k] for k in keys)):
             chosen = dict(zip(keys, values))
-            label = f"{self.display} [" + " ".join(f"{k}={v}" for k, v in chosen.items()) + "]"
+            label = f"{self.label or self.name} [" + " ".join(f"{k}={v}" for k, v in chosen.items()) + "]"
             out.append(self.model_copy(update={"options": {**self.options, **chosen}, "label": label, "grid": {},
                                                "group": self.display}))
         return out

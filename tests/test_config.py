@@ -112,6 +112,17 @@ def test_planner_grid_expands_to_labelled_variants():
     assert [p.display for p in again.planners] == labels and again.hash() == cfg.hash()
 
 
+def test_a_grid_over_an_oracle_planner_names_its_oracle_once():
+    cfg = EvalConfig.model_validate({"env": {"name": "virtualhome_eai"}, "planners": [
+        {"name": "saycan", "label": "SayCan", "affordance": "virtualhome_preconditions",
+         "grid": {"length_alpha": [0.0, 0.25]}, "options": {"llm_score": "power"}}]})
+    labels = [p.display for p in cfg.planners]
+    assert labels == ["SayCan [length_alpha=0.0] (oracle simulator preconditions)",
+                      "SayCan [length_alpha=0.25] (oracle simulator preconditions)"]
+    assert cfg.grids == {"SayCan (oracle simulator preconditions)": labels}
+    assert [p.display for p in EvalConfig.model_validate(cfg.model_dump()).planners] == labels
+
+
 def test_bad_planner_grids_are_named(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("planners:\n  - name: saycan\n    grid: {llm_score: []}\n")
