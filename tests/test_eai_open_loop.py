@@ -138,6 +138,22 @@ def test_a_stored_llm_is_exported_as_a_row_on_the_runs_tasks_and_pairs_with_them
     assert [r["name"] for r in every["runs"][1:]] == stored_models(stored_dir()) and len(every["runs"]) == 16
 
 
+def test_a_stored_llm_beside_an_oracle_row_is_clustered_by_prompt_not_by_task():
+    """An oracle row's episodes are clusters of one task each, with their prompt's key beside: the stored
+    answers, which read only the prompt, take the prompt grouping (two tasks of one prompt are one cluster)."""
+    from groundplan.evaluation import outcomes
+    from groundplan.evaluation.eai.leaderboard import EAI_ENV
+
+    runs = [{"name": "oracle", "config_hash": "h", "env": EAI_ENV, "env_options": {}, "model": "m"}]
+    episodes = [{"run": "oracle", "planner": "SayCan (oracle x)", "config_hash": "h", "task_id": t, "family": "f",
+                 "seed": 0, "cluster": f"task-{t}", "prompt": "same" if i < 2 else "other", "execution_success": 0.0}
+                for i, t in enumerate(IDS)]
+    outcomes._add_stored_rows(runs, episodes, ["gpt-3.5-turbo-0125"])
+    stored = {e["task_id"]: e for e in episodes if e["run"] == "gpt-3.5-turbo-0125"}
+    assert [stored[t]["cluster"] for t in IDS] == ["same", "same", *["other"] * (len(IDS) - 2)]
+    assert not any("prompt" in e for e in stored.values())
+
+
 def test_open_loop_options_are_checked_when_the_config_loads(tmp_path):
     with pytest.raises(Exception, match="unknown answer format 'yaml'"):
         _config(tmp_path, planners=[{**OPEN_LOOP, "options": {"answer_format": "yaml"}}])

@@ -160,7 +160,9 @@ def export_outcomes(run_dirs: Sequence[str | Path], names: Sequence[str] | None 
 
 
 def _add_stored_rows(runs: list[dict[str, Any]], episodes: list[dict[str, Any]], models: Sequence[str]) -> None:
-    """EAI's stored LLMs as rows on the EAI runs' tasks, each task in the cluster its run episodes have."""
+    """EAI's stored LLMs as rows on the EAI runs' tasks. A stored answer read only the task's prompt, so its
+    cluster is the run episodes' prompt grouping: their :func:`prompt_key` where the run reads each task's
+    truth as an oracle (its own clusters split by task), else their cluster."""
     from groundplan.evaluation.eai.leaderboard import EAI_ENV, stored_dir, stored_measures, stored_models
 
     if "all" in models:  # the whole leaderboard beside the runs, without typing its 15 names
@@ -177,8 +179,8 @@ def _add_stored_rows(runs: list[dict[str, Any]], episodes: list[dict[str, Any]],
             like = tasks[task_id]
             episodes.append({"run": model, "planner": "stored answers", "config_hash": config_hash,
                              "task_id": task_id, "family": like["family"], "seed": like["seed"],
-                             "cluster": like["cluster"],
-                             **({"prompt": like["prompt"]} if "prompt" in like else {}), "execution_success": m.get("success_official", 0.0),
+                             "cluster": like.get("prompt", like["cluster"]),
+                             "execution_success": m.get("success_official", 0.0),
                              **dict(sorted(m.items()))})
 
 
