@@ -74,6 +74,68 @@ def test_pruning_gives_identical_decisions_and_plans_on_every_kitchen_task(rule)
     assert pruned_n < 0.7 * full_n, (pruned_n, full_n)  # it does save work (counts, not time)
 
 
+class CountingAffordance:
+    """Wraps a planner's affordance source and counts the skills it is asked about."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.skills_asked = inner, 0
+        self.declaration = inner.declaration
+
+    def reset(self, task, seed) -> None:
+        self.inner.reset(task, seed)
+
+    def __call__(self, observation, skills, history):
+        self.skills_asked += len(skills)
+        return self.inner(observation, skills, history)
+
+
+@pytest.mark.parametrize("rule", ["hashed", "reference"])
+def test_llm_bound_pruning_gives_identical_decisions_with_fewer_affordances(rule):
+    """``prune_by: llm`` (the affordance computed only where log p_LLM can still win): the same decisions
+    and plans as full scoring on every kitchen task x 3 seeds, the affordance asked about fewer skills."""
+    env = ENVS.get("kitchen")()
+    full_n = pruned_n = 0
+    for task in env.tasks():
+        for seed in SEEDS:
+            def lm():
+                if rule == "hashed":
+                    return FakeLM(hashed_logprob)
+                return FakeLM(FakeLM.following([*(task.reference_plan or ()), "done"])._scores)  # ties at 0.0
+
+            traces, asked = [], []
+            for options in ({"prune": False}, {"prune": True, "prune_by": "llm", "prune_chunk": 4}):
+                planner = make_planner(PlannerSpec(name="saycan", affordance="kitchen_value", options=options), lm(), 12)
+                planner.affordance = counting = CountingAffordance(planner.affordance)
+                traces.append(run_episode(planner, env, task, seed, max_steps=12))
+                asked.append(counting.skills_asked)
+            full, pruned = traces
+            where = f"{task.task_id} seed {seed}"
+            assert _decisions(pruned) == _decisions(full) and pruned.plan == full.plan, where
+            for fs, ps in zip(full.steps, pruned.steps):
+                want = next(c for c in fs.candidates if c.skill == fs.chosen)
+                for fc, pc in zip(fs.candidates, ps.candidates):
+                    assert pc.llm == fc.llm, where  # the LM scored every option
+                    if pc.extra.get("pruned"):
+                        assert pc.affordance is None and pc.combined == -math.inf
+                        assert fc.llm < want.combined, where  # its bound was below the winner: it could not win
+                    else:
+                        assert (pc.affordance, pc.combined) == (fc.affordance, fc.combined), where
+            full_n, pruned_n = full_n + asked[0], pruned_n + asked[1]
+    assert pruned_n < 0.2 * full_n, (pruned_n, full_n)  # 8% of the affordances here (counts, not time)
+
+
+def test_llm_bound_pruning_keeps_ties_and_zero_affordances_exact():
+    from groundplan.planners.saycan import SayCanPlanner
+
+    task = ToyEnv().tasks()[0]
+    for llm_score in ("sum", "mean"):
+        for aff in ({}, {"done": 0.1, "find a coke can": 0.0}, {"done": 0.0}):
+            runs = [SayCanPlanner(FakeLM(default_token_logprob=0.0), FixedAffordance(aff), llm_score=llm_score,
+                                  prune=prune, prune_by="llm", prune_chunk=1) for prune in (True, False)]
+            a, b = (run_episode(p, ToyEnv(), task, 0, max_steps=4) for p in runs)
+            assert _decisions(a) == _decisions(b), (llm_score, aff)
+
+
 def test_mean_scoring_and_ties_are_pruned_exactly():
     env = ToyEnv()
     task = env.tasks()[0]

@@ -11,7 +11,9 @@ Registered planners (``groundplan.planners.PLANNERS``):
 - ``"saycan"``: Algorithm 1, scores combined in log space: ``log p_LLM + log p_affordance``; options
   that cannot beat the best combined score (log p_affordance below it, as log p_LLM <= 0) are not
   scored (``prune``; exact for the scores it sees, see ``SayCanConfig.prune`` for the ~1e-5 path
-  dependence of the scores themselves).
+  dependence of the scores themselves). With an affordance that costs more than the LM (a learned Can
+  over EAI's ~250 actions a step), ``prune_by: llm`` bounds the other way: every option is scored by
+  the LM, and the affordance only for those whose log p_LLM can still win, as log p_affordance <= 0.
 - ``"saycan_novf"``: the "No VF" ablation (Sec. 5.5): the same planner without the value-function
   grounding, i.e. the argmax of the LLM score alone.
 - ``"generative"``: the "Generative" ablation (Sec. 5.5): the LLM greedily writes the next step and
@@ -162,6 +164,16 @@ class SayCanConfig(DialogPlannerConfig):
         ge=1,
         description="Options per LLM call while pruning (one packed forward each): larger chunks mean "
         "fewer forwards, smaller ones stop sooner.",
+    )
+    prune_by: Literal["affordance", "llm"] = Field(
+        "affordance",
+        description="Which score bounds the pruning. 'affordance' (default): every affordance is computed "
+        "and the LLM scores options in descending affordance, as above. 'llm': the LLM scores every option "
+        "in one call and the affordance is computed prune_chunk options at a time in descending log p_LLM, "
+        "until the next option's log p_LLM (its bound, as log p_affordance <= 0) is below the best combined "
+        "score: for an affordance that costs more than the LM, e.g. a learned Can model over hundreds of "
+        "actions. Exact for the affordances it computes (a learned model's batches may change them by "
+        "float rounding); options left out carry affordance=None and extra['pruned']=True.",
     )
     max_options: int | None = Field(
         None,
@@ -331,6 +343,8 @@ class SayCanPlanner(DialogPlanner):
         if self.config.max_options is not None and len(skills) > self.config.max_options:
             skills = self._prefilter(observation)
         if self.affordance is not None and self.config.prune:
+            if self.config.prune_by == "llm":
+                return self._affordance_pruned_step(observation, skills)
             return self._pruned_step(observation, skills)
         options = [" " + s for s in skills]
         scores = self._score(options)
@@ -396,6 +410,40 @@ class SayCanPlanner(DialogPlanner):
         info = {"scored_options": scored, "pruned_options": n - scored}
         return self._decide(skills, scores, llm, affordance, combined, info)
 
+    def _affordance_pruned_step(self, observation: Observation, skills: list[str]) -> Decision:
+        """Algorithm 1's argmax with LLM-bound pruning (``prune_by: llm``).
+
+        combined_i = log p_LLM,i + log p_aff,i <= log p_LLM,i because p_aff <= 1 (checked). Every option is
+        scored by the LLM in one call; the affordance is computed ``prune_chunk`` options at a time in
+        descending log p_LLM, and once the next option's log p_LLM is strictly below the best combined score
+        so far, neither it nor any later option can reach that score. Options left out keep combined = -inf,
+        strictly below the maximum, so the first-maximum argmax over the observation's order is the one
+        full scoring gives for the same affordances. An option whose log p_LLM is not finite cannot win
+        and is never sent to the affordance."""
+        scores = self._score([" " + s for s in skills])
+        llm = np.array([self._llm_value(s) for s in scores], dtype=float)
+        n = len(skills)
+        affordance = np.full(n, np.nan)
+        combined = np.full(n, -np.inf)
+        order = [int(i) for i in np.argsort(-llm, kind="stable") if np.isfinite(llm[i])]
+        best, pos = -np.inf, 0
+        while pos < len(order):
+            chunk = []
+            while pos < len(order) and len(chunk) < self.config.prune_chunk and not llm[order[pos]] < best:
+                chunk.append(order[pos])
+                pos += 1
+            if not chunk:
+                break  # every remaining option's bound is below the best combined score
+            asked = [skills[i] for i in chunk]
+            affordance[chunk] = _checked_affordances(self.affordance(observation, asked, tuple(self._history)), asked)
+            with np.errstate(divide="ignore"):
+                value = llm[chunk] + np.log(affordance[chunk])
+            combined[chunk] = np.where(np.isnan(value), -np.inf, value)
+            best = max(best, float(combined[chunk].max()))
+        afforded = int(np.sum(~np.isnan(affordance)))
+        info = {"afforded_options": afforded, "pruned_options": n - afforded}
+        return self._decide(skills, scores, llm, affordance, combined, info)
+
     def _decide(self, skills: list[str], scores: list[Any], llm: np.ndarray, affordance: np.ndarray | None,
                 combined: np.ndarray, info: dict[str, Any]) -> Decision:
         best = int(np.argmax(combined))  # first maximum on ties
@@ -406,11 +454,12 @@ class SayCanPlanner(DialogPlanner):
             info["no_feasible_skill"] = True
         candidates = []
         for i, (skill, s) in enumerate(zip(skills, scores)):
-            aff = None if affordance is None else float(affordance[i])
+            aff = None if affordance is None or np.isnan(affordance[i]) else float(affordance[i])
             if s is None:  # pruned: never scored, cannot win (see _pruned_step)
                 candidates.append(CandidateScore(skill=skill, llm=None, affordance=aff, combined=float("-inf"),  # type: ignore[arg-type]
                                                  extra={"pruned": True}))
                 continue
+            unafforded = affordance is not None and aff is None  # its affordance never computed: it cannot win
             candidates.append(CandidateScore(
                 skill=skill,
                 llm=float(llm[i]),
@@ -420,6 +469,7 @@ class SayCanPlanner(DialogPlanner):
                     "logprob_sum": float(s.logprob_sum),
                     "logprob_mean": float(s.logprob_mean),
                     "num_tokens": s.num_tokens,
+                    **({"pruned": True} if unafforded else {}),
                 },
             ))
         return self._commit(skills[best], candidates, info)
