@@ -27,7 +27,7 @@ raises :class:`~groundplan.errors.InvalidInputError` naming it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
@@ -388,24 +388,21 @@ class SayCanPlanner(DialogPlanner):
         combined = np.full(n, -np.inf)
         scores: list[Any] = [None] * n
         order = [int(i) for i in np.argsort(-affordance, kind="stable") if affordance[i] > 0]
-        best, pos, bound_holds = -np.inf, 0, True
-        while pos < len(order):
-            chunk = []
-            while pos < len(order) and len(chunk) < self.config.prune_chunk and not (bound_holds and bound[order[pos]] < best):
-                chunk.append(order[pos])
-                pos += 1
-            if not chunk:
-                break  # every remaining option's bound is below the best combined score
+        positive = False
+
+        def score_chunk(chunk: list[int]) -> tuple[np.ndarray, bool]:
+            nonlocal positive
             for i, s in zip(chunk, self._score([" " + skills[i] for i in chunk])):
                 scores[i] = s
                 llm[i] = self._llm_value(s)
                 value = llm[i] + bound[i]
                 combined[i] = -np.inf if np.isnan(value) else value
-                if llm[i] > 0:
-                    bound_holds = False
-            best = max(best, float(combined[chunk].max()))
-            if not bound_holds:
+                positive = positive or bool(llm[i] > 0)
+            if positive:
                 logger.warning("%s returned a positive log-prob; scoring every option (pruning needs log p <= 0)", self.lm.name)
+            return combined[chunk], not positive
+
+        _evaluate_until_bound(order, bound, self.config.prune_chunk, score_chunk)
         scored = sum(s is not None for s in scores)
         info = {"scored_options": scored, "pruned_options": n - scored}
         return self._decide(skills, scores, llm, affordance, combined, info)
@@ -426,20 +423,16 @@ class SayCanPlanner(DialogPlanner):
         affordance = np.full(n, np.nan)
         combined = np.full(n, -np.inf)
         order = [int(i) for i in np.argsort(-llm, kind="stable") if np.isfinite(llm[i])]
-        best, pos = -np.inf, 0
-        while pos < len(order):
-            chunk = []
-            while pos < len(order) and len(chunk) < self.config.prune_chunk and not llm[order[pos]] < best:
-                chunk.append(order[pos])
-                pos += 1
-            if not chunk:
-                break  # every remaining option's bound is below the best combined score
+
+        def afford_chunk(chunk: list[int]) -> tuple[np.ndarray, bool]:
             asked = [skills[i] for i in chunk]
             affordance[chunk] = _checked_affordances(self.affordance(observation, asked, tuple(self._history)), asked)
             with np.errstate(divide="ignore"):
                 value = llm[chunk] + np.log(affordance[chunk])
             combined[chunk] = np.where(np.isnan(value), -np.inf, value)
-            best = max(best, float(combined[chunk].max()))
+            return combined[chunk], True  # p_aff <= 1 is checked, so the bound always holds
+
+        _evaluate_until_bound(order, llm, self.config.prune_chunk, afford_chunk)
         afforded = int(np.sum(~np.isnan(affordance)))
         info = {"afforded_options": afforded, "pruned_options": n - afforded}
         return self._decide(skills, scores, llm, affordance, combined, info)
@@ -473,6 +466,25 @@ class SayCanPlanner(DialogPlanner):
                 },
             ))
         return self._commit(skills[best], candidates, info)
+
+
+def _evaluate_until_bound(order: Sequence[int], bound: np.ndarray, chunk_size: int,
+                          evaluate: Callable[[list[int]], tuple[np.ndarray, bool]]) -> None:
+    """The loop of both prunings: ``evaluate`` the options in ``order``, ``chunk_size`` at a time, until the
+    next option's ``bound`` (an upper bound on its combined score) is strictly below the best combined score
+    so far. ``evaluate(chunk)`` fills the chunk's scores and returns its combined scores and whether the bound
+    still holds; once it does not, every remaining option is evaluated."""
+    best, pos, holds = -np.inf, 0, True
+    while pos < len(order):
+        chunk: list[int] = []
+        while pos < len(order) and len(chunk) < chunk_size and not (holds and bound[order[pos]] < best):
+            chunk.append(order[pos])
+            pos += 1
+        if not chunk:
+            break  # every remaining option's bound is below the best combined score
+        values, chunk_holds = evaluate(chunk)
+        holds = holds and chunk_holds
+        best = max(best, float(values.max()))
 
 
 def _checked_affordances(values: Any, skills: Sequence[str]) -> np.ndarray:
