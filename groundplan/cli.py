@@ -209,7 +209,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         metrics = ENVS.get(cfg.env.name).capabilities.table_measures
         rows = method_rows(result.summary, [(p.display, p.group) for p in cfg.planners], result.best)
         shown = list(metrics) if metrics else list(dict.fromkeys([*cfg.select_by, "execution_success", "mean_steps"]))
-        title = f"{cfg.name}: each grid at its best variant by {' + '.join(cfg.select_by)}"
+        title = f"{cfg.name}: each grid at its best variant by {' + '.join(cfg.select_by)}" + (
+            f", a tie by {' + '.join(cfg.select_tie_break)}" if cfg.select_tie_break else "")
         print_table(render_metric_table(rows, shown, title=title), console)
         for group, row in result.best.items():
             console.print(f"  {group}: {row.planner}", markup=False)

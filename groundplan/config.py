@@ -317,6 +317,12 @@ class EvalConfig(_Strict):
         "'plan_success' or the env's episode metrics (Zero-Shot Planners rank by executability + LCS, "
         "Sec. 3.5: `[executability, lcs]` on VirtualHome)",
     )
+    select_tie_break: list[str] = Field(
+        default_factory=list,
+        description="metrics summed to break a tie in `select_by` between a grid's variants (ranked after it, not added "
+        "to it), e.g. `[goals_gained]` where every variant may fail the validation tasks; a tie left after these goes "
+        "to the first variant",
+    )
     select_on: dict[str, Any] | None = Field(
         None,
         description="env options of the tasks each planner grid is chosen on (e.g. `{split: validation}`, merged "
@@ -352,9 +358,9 @@ class EvalConfig(_Strict):
                 raise ValueError(f"select_on {self.select_on} changes no env option: the variants would be chosen on "
                                  "the very tasks they are then measured on")
         available = ["execution_success", "plan_success", *ENVS.get(self.env.name).capabilities.measures]
-        unknown = [m for m in self.select_by if m not in available]
+        unknown = [m for m in [*self.select_by, *self.select_tie_break] if m not in available]
         if unknown:
-            raise ValueError(f"select_by names {unknown}, which env '{self.env.name}' does not report; available: "
+            raise ValueError(f"select_by/select_tie_break name {unknown}, which env '{self.env.name}' does not report; available: "
                              f"{', '.join(available)}")
         return self
 
@@ -369,8 +375,10 @@ class EvalConfig(_Strict):
 
     def hash(self) -> str:
         """Short stable hash of everything that changes results (not the output folder or the runtime; nor
-        ``select_on`` when unset, so the configs made before it existed keep their hashes and runs)."""
-        d = self.model_dump(exclude={"output_dir", "runtime", *(() if self.select_on is not None else ("select_on",))})
+        ``select_on`` and ``select_tie_break`` when unset, so the configs made before they existed keep their hashes
+        and runs)."""
+        unset = {k for k in ("select_on", "select_tie_break") if not getattr(self, k)}
+        d = self.model_dump(exclude={"output_dir", "runtime", *unset})
         return stable_hash(d, 12)
 
     @property

@@ -141,7 +141,8 @@ def test_bad_planner_grids_are_named(tmp_path):
     ("env.options.mode=physics", "env 'kitchen' options: option 'mode'"),
     ("runtime.batch_window_ms=-1", "runtime.batch_window_ms"),
     ("runtime.max_batch=0", "runtime.max_batch"),
-    ("select_by=[executabilty]", r"select_by names \['executabilty'\].*available: execution_success"),
+    ("select_by=[executabilty]", r"select_by/select_tie_break name \['executabilty'\].*available: execution_success"),
+    ("select_tie_break=[goals]", r"select_by/select_tie_break name \['goals'\].*available: execution_success"),
 ])
 def test_plugin_and_runtime_options_are_typed_and_fail_at_load(override, match):
     """Every plugin's options are validated at load against the class it registered; nothing is built."""
@@ -169,6 +170,9 @@ def test_runtime_is_not_part_of_the_config_hash():
     base = load_config(KITCHEN)
     assert load_config(KITCHEN, ["runtime.workers=8", "runtime.executor=local"]).hash() == base.hash()
     assert load_config(KITCHEN, ["max_steps=7"]).hash() != base.hash()
+    # an unset select_tie_break leaves the hash (and so the resumable runs) of the configs made before it
+    assert base.hash() == "fc8e3204f793"
+    assert load_config(KITCHEN, ["select_tie_break=[plan_success]"]).hash() != base.hash()
 
 
 def test_eval_planners_flag_keeps_the_named_planners_and_refuses_unknown_ones():

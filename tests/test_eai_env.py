@@ -74,6 +74,27 @@ def test_goal_check_equals_the_judge_on_gold_and_broken_programs(env):
     assert successes == len(env.tasks())  # every gold program succeeds, no first step alone does
 
 
+def test_goals_gained_counts_what_the_episode_brought_about(env):
+    """``goals_gained``: the goals satisfied at the end less those at the start; done at once gains none, the gold
+    program every goal it did not find holding, so a validation search can rank variants that all fail."""
+    from types import SimpleNamespace
+
+    from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals
+
+    for task in env.tasks():
+        eai = load_task(task.task_id)
+        env.reset(task, 0)
+        at_start = count_goals(StateObjectView(env._state), eai.node_goals, eai.edge_goals, list(eai.action_goals),
+                               (), every_edge=True).satisfied
+        done = SimpleNamespace(steps=[SimpleNamespace(done=True, success=True)])
+        assert env.episode_metrics(task, done)["goals_gained"] == 0.0
+        labels = list(eai.reference_skills)
+        steps = [SimpleNamespace(done=False, success=env.execute(label).success) for label in labels]
+        total = len(eai.node_goals) + len(eai.edge_goals) + len(eai.action_goals)
+        gained = env.episode_metrics(task, SimpleNamespace(steps=steps))["goals_gained"]
+        assert gained == total - at_start and gained > 0
+
+
 def test_preconditions_affordance_prunes_to_feasible_steps(env):
     from groundplan.grounding import AFFORDANCES
 

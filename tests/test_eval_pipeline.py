@@ -90,6 +90,12 @@ def test_select_best_sums_the_ranking_metrics():
     assert {g: r.planner for g, r in best.items()} == {"T": "T [e=0.4]", "V": "V [t=1]"}  # a tie keeps the first
     assert best["T"].family == ALL
     assert select_best(rows, grids, ["execution_success"])["T"].planner == "T [e=0]"
+    # a tie-break ranks after select_by, never adds to it: T's best stays e=0.4, V's tie goes to t=2's executability
+    tied = select_best(rows, grids, ["executability", "lcs"], ["executability"])
+    assert {g: r.planner for g, r in tied.items()} == {"T": "T [e=0.4]", "V": "V [t=2]"}
+    assert select_best(rows, grids, ["execution_success"], ["lcs"])["T"].planner == "T [e=0]"  # lcs 0.3 breaks the tie
+    with pytest.raises(InvalidInputError, match=r"unknown metrics \['lsc'\]"):
+        select_best(rows, grids, ["lcs"], ["lsc"])
     with pytest.raises(InvalidInputError, match=r"unknown metrics \['executabilty'\]; this sweep has: .*executability"):
         select_best(rows, grids, ["executabilty", "lcs"])
 

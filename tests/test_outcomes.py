@@ -221,6 +221,16 @@ def test_table_options_show_means_with_intervals_partial_measures_and_test_what_
             outcomes.render_markdown(doc, outcomes.TableSpec.parse(bad))
 
 
+def test_a_count_its_env_declares_is_a_mean_even_where_every_value_is_0_or_1():
+    """House's ``targets_found`` is a count: at 0 and 1 only it is still averaged, never shown as a rate."""
+    doc = _nav_doc()
+    for i, e in enumerate(doc["episodes"]):
+        e["targets_found"] = float(i % 2)
+    table = outcomes.render_markdown(doc, outcomes.TableSpec.parse("measures=sr,targets_found paired=listed"))
+    row = next(line for line in table.splitlines() if line.startswith("| SayNav | gt |"))
+    assert row.endswith("| 67% [16–95] (2/3) | 0.333 [-0.320, 0.987] |")  # sr a rate; targets_found a mean
+
+
 def test_a_row_that_reads_a_tasks_truth_as_an_oracle_clusters_by_task():
     """Two houses with one instruction and one logged "prompt": one question to a planner that reads only
     those, two to an oracle that reads each house's target positions (a stand-in's reading does not split)."""

@@ -264,13 +264,21 @@ _IDENTITY = {"run", "planner", "config_hash", "task_id", "family", "seed", "clus
 
 def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
     """The measures every episode without an error has, in order (execution success first); which of all
-    the measures any such episode has are 0/1; and all those measures."""
+    the measures any such episode has are 0/1 (a measure its env declares a count is not, whatever values it
+    took: goals gained 0 or 1 in every episode is still a mean, not a rate); and all those measures."""
+    from groundplan.core.measures import MEASURES
+    from groundplan.envs import ENVS
+
+    for env in {r.get("env") for r in doc.get("runs", [])}:
+        if env in ENVS:  # its module declares its measures
+            ENVS.get(env)
     kept = [e for e in doc["episodes"] if "error" not in e]
     present = {k for e in kept for k in e if k not in _IDENTITY}
     names = [k for k in kept[0] if k not in _IDENTITY] if kept else []
     names = [k for k in names if all(k in e for e in kept)]
     names.sort(key=lambda k: (k != "execution_success", k))
-    binary = {k for k in present if all(e[k] in (0.0, 1.0) for e in kept if k in e)}
+    counts = {k for k in present if k in MEASURES and not MEASURES.get(k).proportion}
+    binary = {k for k in present - counts if all(e[k] in (0.0, 1.0) for e in kept if k in e)}
     return names, binary, present
 
 

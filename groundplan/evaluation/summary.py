@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.measures import measure_info
@@ -152,20 +152,23 @@ def metric_value(row: SummaryRow, name: str) -> float:
     return float(row.metrics.get(name, 0.0))
 
 
-def select_best(rows: list[SummaryRow], grids: dict[str, list[str]], select_by: list[str]) -> dict[str, SummaryRow]:
-    """Grid label -> the all-episodes row of its best variant, ranked by the sum of ``select_by`` (the
-    first variant wins ties). Zero-Shot Planners (Sec. 3.5, A.1) pick each method's run this way,
-    from LCS + executability, so that no method is compared at a worse setting than another."""
+def select_best(rows: list[SummaryRow], grids: dict[str, list[str]], select_by: list[str],
+                tie_break: Sequence[str] = ()) -> dict[str, SummaryRow]:
+    """Grid label -> the all-episodes row of its best variant, ranked by the sum of ``select_by``, a tie
+    by the sum of ``tie_break``, and the first variant winning what ties remain. Zero-Shot Planners
+    (Sec. 3.5, A.1) pick each method's run this way, from LCS + executability, so that no method is
+    compared at a worse setting than another."""
     overall = {r.planner: r for r in rows if r.family == ALL}
     known = {*ROW_RATES, *(k for r in overall.values() for k in r.metrics)}
-    unknown = [m for m in select_by if m not in known]
+    unknown = [m for m in [*select_by, *tie_break] if m not in known]
     if grids and overall and unknown:
         raise InvalidInputError(f"select_by names unknown metrics {unknown}; this sweep has: {', '.join(sorted(known))}")
     best: dict[str, SummaryRow] = {}
     for grid, labels in grids.items():
         ran = [overall[label] for label in labels if label in overall]
         if ran:
-            best[grid] = max(ran, key=lambda r: sum(metric_value(r, m) for m in select_by))
+            best[grid] = max(ran, key=lambda r: (sum(metric_value(r, m) for m in select_by),
+                                                 sum(metric_value(r, m) for m in tie_break)))
     return best
 
 

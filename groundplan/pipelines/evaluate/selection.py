@@ -3,7 +3,8 @@
 Zero-Shot Planners (Sec. 3.5, A.1) search each method's hyperparameters and report it at its best variant;
 chosen on the very tasks a table reports, that is a selection on test. With ``select_on`` (env options of the
 tasks to choose on, e.g. VirtualHome's ``split: validation``) a sweep runs every variant there first, in a run
-folder of its own (``<name>-selection``), keeps each grid's best variant by ``select_by``, and runs only those
+folder of its own (``<name>-selection``), keeps each grid's best variant by ``select_by`` (a tie by
+``select_tie_break``), and runs only those
 on its own tasks; ``grid_selection.json`` of the final run says where they were chosen.
 """
 from __future__ import annotations
@@ -47,7 +48,8 @@ def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig, bool], Any]) -> Any
     selected = run(selection_config(cfg), True)
     best = selected.best
     final = run(chosen_config(cfg, best), False)
-    record = {"select_by": cfg.select_by, "selected_on": cfg.select_on,
+    record = {"select_by": cfg.select_by, **({"select_tie_break": cfg.select_tie_break} if cfg.select_tie_break else {}),
+              "selected_on": cfg.select_on,
               "selection_run": str(selected.run_dir),
               "best": {g: r.planner for g, r in best.items()}}
     atomic_write_text(final.run_dir / "grid_selection.json", json.dumps(record, indent=2))

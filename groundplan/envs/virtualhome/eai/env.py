@@ -45,7 +45,7 @@ from groundplan.envs.base import Env, EnvCapabilities
 from groundplan.envs.experts import ReferencePlanExpert
 from groundplan.envs.virtualhome.eai import tasks as eai_tasks
 from groundplan.envs.virtualhome.eai.answer import parse_skill, skill_label
-from groundplan.envs.virtualhome.eai.goals import StateObjectView, count_goals, unsatisfied
+from groundplan.envs.virtualhome.eai.goals import GoalCount, StateObjectView, count_goals, unsatisfied
 from groundplan.envs.virtualhome.eai.prompts import prompt_actions
 from groundplan.envs.virtualhome.simulator import EXECUTOR_ERRORS, REDUNDANT_ERROR_TYPE, execute_line
 from groundplan.envs.virtualhome.start_state import VirtualHomeStartState
@@ -54,8 +54,10 @@ register_measure("failed_attempts", "steps the executor refused (closed loop: th
                  higher_is_better=False)
 register_measure("eai_length", "steps executed (additional steps included, failed attempts not)",
                  higher_is_better=False)
+register_measure("goals_gained", "node, edge and action goals satisfied at the end less those that held at the start "
+                 "(every edge goal counted, as the corrected semantics does): progress where success is all or none")
 
-MEASURES = ("failed_attempts", "eai_length")
+MEASURES = ("failed_attempts", "eai_length", "goals_gained")
 
 
 class EAIEnvConfig(BaseModel):
@@ -156,6 +158,7 @@ class EAIVirtualHomeEnv(Env):
         self._skills: list[str] = []
         self._state: Any = None
         self._executed: list[str] = []
+        self._goals_at_start = 0
 
     def tasks(self, families: Sequence[str] | None = None) -> list[Task]:
         """The set's tasks (or its sample), sorted by program id; ``families`` are EAI task names."""
@@ -172,6 +175,7 @@ class EAIVirtualHomeEnv(Env):
         self._skills = list(task_skills(program, self.done_skill))
         self._state = eai_tasks.initial_state(program)
         self._executed = []
+        self._goals_at_start = self._goal_count().satisfied
         return self._observe()
 
     def _observe(self) -> Observation:
@@ -206,7 +210,7 @@ class EAIVirtualHomeEnv(Env):
             raise RuntimeError("EAIVirtualHomeEnv.check_goal was called before reset")
         t = self._eai
         view = StateObjectView(self._state)
-        count = count_goals(view, t.node_goals, t.edge_goals, list(t.action_goals), self._executed, every_edge=True)
+        count = self._goal_count(view)
         satisfied = [f"{kind} goals {got}/{len(goals)}" for kind, got, goals in
                      (("node", count.node, t.node_goals), ("edge", count.edge, t.edge_goals),
                       ("action", count.action, t.action_goals)) if goals]
@@ -216,11 +220,22 @@ class EAIVirtualHomeEnv(Env):
         success = count.success and not t.goal_holds_at_start
         return GoalResult(success, satisfied, missed)
 
+    def _goal_count(self, view: StateObjectView | None = None) -> GoalCount:
+        """The task's goals satisfied now (every edge goal counted), after the lines executed so far."""
+        t = self._eai
+        assert t is not None
+        view = view or StateObjectView(self._state)
+        return count_goals(view, t.node_goals, t.edge_goals, list(t.action_goals), self._executed, every_edge=True)
+
     def episode_metrics(self, task: Task, trace: Any) -> dict[str, float]:
-        """The failed attempts and the executed program's length (additional steps included)."""
+        """The failed attempts, the executed program's length (additional steps included) and the goals the
+        episode brought about (``goals_gained``: a tie-break for a validation search where no variant succeeds,
+        so one that reaches some goals ranks above one that stops at once; a goal that held at the start and
+        was undone counts against it)."""
         executed = [s for s in trace.steps if not s.done and s.success]
         failed = sum(1 for s in trace.steps if not s.done and not s.success)
-        return {"failed_attempts": float(failed), "eai_length": float(len(executed))}
+        gained = self._goal_count().satisfied - self._goals_at_start
+        return {"failed_attempts": float(failed), "eai_length": float(len(executed)), "goals_gained": float(gained)}
 
 
 class GoldProgramExpert(ReferencePlanExpert):

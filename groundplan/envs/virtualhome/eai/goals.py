@@ -73,6 +73,11 @@ class GoalCount:
     action: int
     success: bool
 
+    @property
+    def satisfied(self) -> int:
+        """Goals of every kind satisfied."""
+        return self.node + self.edge + self.action
+
 
 def count_goals(view: StateView, node_goals: Sequence[dict], edge_goals: Sequence[dict],
                 action_goals: Sequence[str] = (), executed: Sequence[str] = (), *, every_edge: bool) -> GoalCount:
