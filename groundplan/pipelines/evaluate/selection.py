@@ -18,6 +18,11 @@ from groundplan.core.paths import atomic_write_text
 from groundplan.evaluation.summary import SummaryRow
 
 
+def selection_rule(cfg: EvalConfig) -> dict[str, Any]:
+    """How a grid's variant is chosen, as ``grid_selection.json`` records it (the tie-break only where set)."""
+    return {"select_by": cfg.select_by, **({"select_tie_break": cfg.select_tie_break} if cfg.select_tie_break else {})}
+
+
 def needs_selection(cfg: EvalConfig) -> bool:
     """Whether ``cfg`` chooses among grid variants on other tasks first (a grid with one variant left, as
     after the choice, has nothing to choose)."""
@@ -48,8 +53,7 @@ def run_selected(cfg: EvalConfig, run: Callable[[EvalConfig, bool], Any]) -> Any
     selected = run(selection_config(cfg), True)
     best = selected.best
     final = run(chosen_config(cfg, best), False)
-    record = {"select_by": cfg.select_by, **({"select_tie_break": cfg.select_tie_break} if cfg.select_tie_break else {}),
-              "selected_on": cfg.select_on,
+    record = {**selection_rule(cfg), "selected_on": cfg.select_on,
               "selection_run": str(selected.run_dir),
               "best": {g: r.planner for g, r in best.items()}}
     atomic_write_text(final.run_dir / "grid_selection.json", json.dumps(record, indent=2))

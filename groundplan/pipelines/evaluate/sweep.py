@@ -208,8 +208,9 @@ def collect_results(cfg: EvalConfig, specs: list[EpisodeSpec], traces_path: Path
     atomic_write_text(traces_path.parent / "summary.json", json.dumps(summary_document(rows, traces, order), indent=2))
     best = select_best(rows, cfg.grids, cfg.select_by, cfg.select_tie_break)
     if best:
-        selection = {"select_by": cfg.select_by, **({"select_tie_break": cfg.select_tie_break} if cfg.select_tie_break else {}),
-                     "best": {g: r.planner for g, r in best.items()}}
+        from groundplan.pipelines.evaluate.selection import selection_rule
+
+        selection = {**selection_rule(cfg), "best": {g: r.planner for g, r in best.items()}}
         atomic_write_text(traces_path.parent / "grid_selection.json", json.dumps(selection, indent=2))
     return EvalResult(cfg, traces, rows, traces_path.parent, skipped=len(specs) - ran, stats=stats, best=best,
                       stale=stale)
