@@ -266,7 +266,7 @@ def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
     """The measures every episode without an error has, in order (execution success first); which of all
     the measures any such episode has are 0/1 (a measure its env declares a count is not, whatever values it
     took: goals gained 0 or 1 in every episode is still a mean, not a rate); and all those measures."""
-    from groundplan.core.measures import MEASURES
+    from groundplan.core.measures import measure_info
     from groundplan.envs import ENVS
 
     for env in {r.get("env") for r in doc.get("runs", [])}:
@@ -277,7 +277,7 @@ def _measures(doc: dict[str, Any]) -> tuple[list[str], set[str], set[str]]:
     names = [k for k in kept[0] if k not in _IDENTITY] if kept else []
     names = [k for k in names if all(k in e for e in kept)]
     names.sort(key=lambda k: (k != "execution_success", k))
-    counts = {k for k in present if k in MEASURES and not MEASURES.get(k).proportion}
+    counts = {k for k in present if (info := measure_info(k)) is not None and not info.proportion}
     binary = {k for k in present - counts if all(e[k] in (0.0, 1.0) for e in kept if k in e)}
     return names, binary, present
 
