@@ -162,7 +162,7 @@ def select_best(rows: list[SummaryRow], grids: dict[str, list[str]], select_by: 
     known = {*ROW_RATES, *(k for r in overall.values() for k in r.metrics)}
     unknown = [m for m in [*select_by, *tie_break] if m not in known]
     if grids and overall and unknown:
-        raise InvalidInputError(f"select_by names unknown metrics {unknown}; this sweep has: {', '.join(sorted(known))}")
+        raise InvalidInputError(f"select_by/select_tie_break name unknown metrics {unknown}; this sweep has: {', '.join(sorted(known))}")
     best: dict[str, SummaryRow] = {}
     for grid, labels in grids.items():
         ran = [overall[label] for label in labels if label in overall]
