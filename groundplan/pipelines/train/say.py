@@ -215,6 +215,9 @@ def train_loop(config: dict[str, Any]) -> None:
         max_length=config["max_length"], packing=config["packing"], padding_free=config["packing"],
         completion_only_loss=True, report_to=["mlflow"] if config.get("run_id") else [], seed=config["seed"],
         dataloader_num_workers=0, disable_tqdm=not config["progress"] or rank != 0, save_only_model=False,
+        # every trainable weight (each LoRA factor, or each weight in a full fine-tune) takes part in every
+        # forward, so DDP's search for unused ones is an extra autograd-graph walk per step that finds nothing
+        ddp_find_unused_parameters=False,
     )
     trainer = SFTTrainer(model=model, args=args, processing_class=tokenizer, peft_config=peft_config,
                          train_dataset=Dataset.from_list(config["train"]), eval_dataset=Dataset.from_list(config["val"]))
