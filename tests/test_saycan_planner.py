@@ -229,3 +229,30 @@ def test_saycan_scores_only_admissible_skills():
     decision = planner.next_step(obs)
     assert [c.skill for c in decision.candidates] == ["pick up the apple", "done"]
     assert decision.skill != "pick up the sponge"
+
+
+@pytest.mark.parametrize("prune_by", ["affordance", "llm"])
+def test_avoid_recent_withholds_the_last_k_choices_but_never_done(prune_by: str) -> None:
+    """With avoid_recent k a skill chosen in the last k steps is not scored or chosen again, whichever way the
+    argmax is pruned; at 0 (Algorithm 1) the model's favourite repeats."""
+    lm = FakeLM({"find a coke can": -0.1, "pick up the coke can": -0.5, "bring it to you": -0.9, "done": -9.0})
+
+    def run(k: int) -> tuple[list[str], list[list[str]]]:
+        planner = make_saycan(lm, avoid_recent=k, prune_by=prune_by)
+        decisions = [planner.next_step(OBS, None) for _ in range(4)]
+        return [d.skill for d in decisions], [[c.skill for c in d.candidates] for d in decisions]
+
+    assert run(0)[0] == ["find a coke can"] * 4
+    assert run(1)[0] == ["find a coke can", "pick up the coke can"] * 2
+    chosen, offered = run(2)
+    assert chosen == ["find a coke can", "pick up the coke can", "bring it to you", "find a coke can"]
+    assert "find a coke can" not in offered[1] and "done" in offered[2]
+    assert not {"find a coke can", "pick up the coke can"} & set(offered[2])
+
+
+def test_avoid_recent_offers_every_skill_when_nothing_else_is_left() -> None:
+    lm = FakeLM({"a": -0.1, "b": -0.2})
+    obs = Observation(skills=["a", "b"])
+    planner = SayCanPlanner(lm, None, use_affordance=False, avoid_recent=3)
+    planner.reset(Task("t", "do it", "f", goal=None), obs)
+    assert [planner.next_step(obs).skill for _ in range(3)] == ["a", "b", "a"]

@@ -182,6 +182,16 @@ class SayCanConfig(DialogPlannerConfig):
         "VirtualHome's ~40,000 steps), keep the done skill and the skills whose embedding (lm.embed, "
         "cached on disk) is most similar to the instruction. None (default) scores every skill.",
     )
+    avoid_recent: int = Field(
+        0,
+        ge=0,
+        description="A skill chosen in the last avoid_recent steps is not offered again (the done skill "
+        "always is; if nothing else is left, every skill is): a step-level form of the no-repeat "
+        "constraint of text decoding (trigram blocking, Paulus et al. 2018; transformers' "
+        "no_repeat_ngram_size), against the loops a small model falls into when it never chooses done "
+        "(one action again and again, or two in turn). Not in the paper: 0 (default) is Algorithm 1; "
+        "a value to choose on validation tasks.",
+    )
 
     @property
     def llm_needs(self) -> tuple[str, ...]:
@@ -342,6 +352,7 @@ class SayCanPlanner(DialogPlanner):
         skills = self._admissible(observation)
         if self.config.max_options is not None and len(skills) > self.config.max_options:
             skills = self._prefilter(observation)
+        skills = self._without_recent(skills)
         if self.affordance is not None and self.config.prune:
             if self.config.prune_by == "llm":
                 return self._affordance_pruned_step(observation, skills)
@@ -358,6 +369,14 @@ class SayCanPlanner(DialogPlanner):
                 combined = combined + np.log(affordance)
         combined = np.where(np.isnan(combined), -np.inf, combined)
         return self._decide(skills, list(scores), llm, affordance, combined, {})
+
+    def _without_recent(self, skills: list[str]) -> list[str]:
+        """``skills`` less those chosen in the last ``avoid_recent`` steps (see ``SayCanConfig.avoid_recent``);
+        all of them when that would leave none."""
+        if not self.config.avoid_recent:
+            return skills
+        recent = set(self._history[-self.config.avoid_recent:])
+        return [s for s in skills if s not in recent] or skills
 
     def _score(self, options: list[str]) -> list[Any]:
         scores = self.lm.score(self._prompt, options)
