@@ -8,7 +8,7 @@ ratio, the scorer's mean batch size and options/s; the last line is machine-read
 
     result: ratio=<x> seq_epm=<n> pipe_epm=<n> mean_batch=<n>
 
-    python benchmarks/bench_eval_throughput.py [--workers 4] [--planners SayCan,No-VF] [--per-family 3] [--max-steps N]
+    python benchmarks/bench_eval_throughput.py [--workers 4] [--envs-per-worker 1] [--planners SayCan,No-VF] [--per-family 3] [--max-steps N]
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def main() -> None:
     ap.add_argument("--per-family", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=None, help="override the config's step cap (quick runs)")
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: --workers)")
+    ap.add_argument("--envs-per-worker", type=int, default=1,
+                    help="envs each episode-runner actor plays at once, one thread each (runtime.envs_per_worker)")
+    ap.add_argument("--in-flight", type=int, default=None, help="episodes in flight (default: --workers x --envs-per-worker)")
     ap.add_argument("--batch-window-ms", type=float, default=5.0)
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--scorer-cpus", type=float, default=float(os.cpu_count() or 2),
@@ -44,7 +46,8 @@ def main() -> None:
     from groundplan.config import load_config
     from groundplan.pipelines.evaluate.sweep import run_sweep
 
-    runtime = [f"runtime.workers={args.workers}", f"runtime.scorer_cpus={args.scorer_cpus}",
+    runtime = [f"runtime.workers={args.workers}", f"runtime.envs_per_worker={args.envs_per_worker}",
+               f"runtime.scorer_cpus={args.scorer_cpus}",
                f"runtime.batch_window_ms={args.batch_window_ms}", f"runtime.max_batch={args.max_batch}",
                "runtime.mlflow=false"] + ([f"runtime.in_flight={args.in_flight}"] if args.in_flight else [])
     cfg = load_config(args.config, runtime)
@@ -77,7 +80,7 @@ def main() -> None:
     pipe_epm = 60 * n / pipe_wall
     sc = pipe.stats["scorer"]
     print(f"pipeline:   {n} episodes in {pipe_wall:.1f} s (incl. actor start + model load) = {pipe_epm:.1f} episodes/min "
-          f"(episode loop alone: {pipe.stats['episodes_per_min']:.1f}/min, {args.workers} episode runners, 1 scorer, {ncpu} CPUs)")
+          f"(episode loop alone: {pipe.stats['episodes_per_min']:.1f}/min, {args.workers} episode runners x {args.envs_per_worker} envs, 1 scorer, {ncpu} CPUs)")
     print(f"scorer:     {sc['requests']} score requests in {sc['batches']} batches, mean batch {sc['mean_batch_size']:.2f} "
           f"(max {sc['max_batch_size']}), {sc['options_per_s']:.0f} options/s of scorer time, "
           f"generate calls {sc['generate_calls']}, forward tokens {sc.get('forward_tokens')}, padded batches "
