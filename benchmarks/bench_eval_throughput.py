@@ -16,6 +16,7 @@ geometric mean with its 95% interval over the rounds. The last line is machine-r
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import statistics
@@ -66,7 +67,7 @@ def main() -> None:
     from groundplan.actors.group import RunnerGroup
 
     ncpu = os.cpu_count() or 2
-    runs = iter(range(10**6))
+    runs = itertools.count()  # each side's run gets a fresh output folder
 
     def sequential() -> dict:
         folder = out / f"seq{next(runs)}"
@@ -92,7 +93,8 @@ def main() -> None:
         print(f"round {r + 1} ({' then '.join(order)}): sequential {n} episodes in {seq['wall']:.1f} s "
               f"(incl. model load) = {60 * n / seq['wall']:.1f} episodes/min; pipeline {pipe['wall']:.1f} s "
               f"(incl. actor start + model load) = {60 * n / pipe['wall']:.1f} episodes/min ({args.workers} episode "
-              f"runners x {args.envs_per_worker} envs, 1 scorer, {ncpu} CPUs); ratio {seq['wall'] / pipe['wall']:.2f}x")
+              f"runners x {args.envs_per_worker} envs, 1 scorer, {ncpu} CPUs); ratio {seq['wall'] / pipe['wall']:.2f}x "
+              f"(episode loops only: {pipe['stats']['episodes_per_min'] / seq['stats']['episodes_per_min']:.2f}x)")
         print(f"  scorer: {sc['requests']} score requests in {sc['batches']} batches, mean batch "
               f"{sc['mean_batch_size']:.2f} (max {sc['max_batch_size']}), {sc['options_per_s']:.0f} options/s of scorer "
               f"time, generate calls {sc['generate_calls']}, forward tokens {sc.get('forward_tokens')}, padded "
