@@ -10,6 +10,9 @@ from groundplan.envs.splits import visible_signature
 from groundplan.grounding.canpay.data import Trajectory
 from groundplan.grounding.canpay.lineage import (
     LINEAGE_FILE,
+    Example,
+    Lineage,
+    inherit,
     load_lineage,
     prompt_lineage,
     save_lineage,
@@ -76,6 +79,24 @@ def test_training_lineage_lists_each_train_and_validation_task(tmp_path):
     assert {visible_signature(t.goal, t.init_obs) for t in trajs} == by_role["train"] | by_role["validation"]
     save_lineage(tmp_path, lineage)
     assert load_lineage(tmp_path, "m").by_signature().keys() == lineage.by_signature().keys()
+
+
+def test_a_model_trained_further_keeps_its_bases_tasks_and_train_outranks_validation():
+    """What the weights have read is both runs' tasks: a task either run trained on stays train, so a
+    selection sweep cannot treat it as validation; the validation tasks of both stay validation."""
+    def ex(role, name):
+        return Example(role, name, f"sig {name}", f"instr {name}")
+
+    base = Lineage("models:/say-x/1", [ex("train", "a"), ex("validation", "b"), ex("validation", "c")])
+    new = Lineage("models:/say-x/2", [ex("train", "b"), ex("train", "d"), ex("validation", "e")])
+    got = inherit(new, base)
+    assert got.source == "models:/say-x/2"
+    assert {e.task_id: e.role for e in got.examples} == {"a": "train", "b": "train", "c": "validation",
+                                                          "d": "train", "e": "validation"}
+    assert len(got.examples) == 5  # b once, as train
+    assert got.by_signature()["sig b"].role == got.by_instruction()["instr b"].role == "train"
+    with pytest.raises(ValueError, match="goal view"):
+        inherit(new, Lineage("models:/say-x/1", [], goal_view="other"))
 
 
 @pytest.fixture

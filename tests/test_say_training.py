@@ -289,6 +289,34 @@ def test_a_killed_run_resumes_and_registers_with_lineage_and_fingerprint(trained
     assert {e["role"] for e in lineage["examples"]} == {"train", "validation"}
 
 
+def test_a_registered_say_model_trains_further_and_keeps_its_bases_lineage(trained, tmp_path):
+    """``base_model: models:/...`` trains a registered Say model further; the new model's lineage holds every
+    task the base trained on as train (a new split cannot turn one into validation), and a registered base
+    without a lineage is refused before any work."""
+    from groundplan.grounding.canpay.lineage import Lineage, load_lineage
+    from groundplan.pipelines.train.say import inherited_lineage, run_train_say
+
+    cfg, result = trained
+    more = cfg.model_copy(update={"name": "say-test-more", "base_model": result.model_uri, "epochs": 1, "seed": 1})
+    res = run_train_say(more, progress=False)
+    assert res.model_uri == "models:/say-test-more/1"
+    assert json.loads((res.model_dir / "say.json").read_text())["base_model"] == result.model_uri
+
+    def roles(folder):
+        out = {}
+        for e in load_lineage(folder, "m").examples:
+            out.setdefault(e.signature, set()).add(e.role)
+        return out
+
+    base, new = roles(result.model_dir), roles(res.model_dir)
+    assert set(base) <= set(new) and all(len(r) == 1 for r in new.values())
+    assert all(new[s] == {"train"} for s, r in base.items() if "train" in r)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    with pytest.raises(InvalidInputError, match="no lineage.json"):
+        inherited_lineage(more, str(bare), Lineage("models:/say-test-more", []))
+
+
 def _eval_config(cfg, result, tmp_path, **kw):
     from groundplan.config import EvalConfig
 

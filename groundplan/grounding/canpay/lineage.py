@@ -66,6 +66,24 @@ class Lineage:
                    str(doc.get("goal_view", DEFAULT_VIEW)))
 
 
+def inherit(lineage: Lineage, base: Lineage) -> Lineage:
+    """The lineage of a model trained on ``lineage``'s tasks from weights that already read ``base``'s: what
+    the weights have read is both. A task that either trained on stays ``train`` (a validation role in one
+    cannot lift it, since a selection sweep may run on validation tasks only); the validation tasks of both
+    stay ``validation``."""
+    if lineage.goal_view != base.goal_view:
+        raise ValueError(f"the base model's lineage ({base.source}) keys tasks through goal view "
+                         f"'{base.goal_view}', this run through '{lineage.goal_view}': one lineage cannot hold both")
+    both = [*base.examples, *lineage.examples]
+    trained = [e for e in both if e.role == "train"]
+    sigs, instrs = {e.signature for e in trained}, {e.instruction for e in trained}
+    out: dict[tuple[str, str], Example] = {}
+    for e in [*trained, *(e for e in both if e.role != "train" and e.signature not in sigs
+                          and e.instruction not in instrs)]:
+        out.setdefault((e.role, e.signature), e)
+    return Lineage(lineage.source, list(out.values()), lineage.goal_view)
+
+
 def example(role: str, task_id: str, goal: str, first_observation: str) -> Example:
     """An :class:`Example` from what a model reads of a task before acting."""
     return Example(role, task_id, visible_signature(goal, first_observation), instruction_key(goal))

@@ -299,6 +299,26 @@ def _examples_file(run_root: Path, key: str) -> Path:
     return run_root / f"examples-{key}.json"
 
 
+def inherited_lineage(cfg: SayTrainConfig, base_path: str, lineage: Any) -> Any:
+    """``lineage`` joined with the base model's own when the base is a registered Say model (a model trained
+    further keeps every task its weights read, so the evaluation's overlap check still covers them); a
+    registered base without a lineage is refused, since no test could then be checked against it."""
+    from groundplan.llm.loading import is_model_uri
+
+    if not is_model_uri(cfg.base_model):
+        return lineage
+    from groundplan.grounding.canpay.lineage import inherit, load_lineage
+
+    base = load_lineage(base_path, cfg.base_model)
+    if base is None:
+        raise InvalidInputError(f"base_model {cfg.base_model} has no lineage.json: what it was trained on is "
+                                "unknown, so no test set could be checked against the model trained from it")
+    try:
+        return inherit(lineage, base)
+    except ValueError as e:
+        raise InvalidInputError(str(e)) from None
+
+
 def load_or_build_examples(cfg: SayTrainConfig, run_root: Path, key: str, paths: list[str] | None, progress: bool):
     """The examples of this config, built once and kept in the run folder (a resumed run reads them)."""
     path = _examples_file(run_root, key)
@@ -423,13 +443,15 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
     sources = resolve_data(cfg.data, tracking_uri) if cfg.data else []
     from groundplan.llm.loading import resolve_model_path
 
-    base_path = resolve_model_path(cfg.base_model)  # an embedded model converts once, before any worker starts
+    # an embedded model converts once, and a registered one downloads once, before any worker starts
+    base_path = resolve_model_path(cfg.base_model, tracking_uri)
     precision = resolve_precision(cfg)
     paths = [p for s in sources for p in s.paths] if cfg.data else None
     ex_key = examples_key(cfg, paths)
     key = config_key(cfg, ex_key)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     train, val, counts, lineage = load_or_build_examples(cfg, run_root, ex_key, paths, progress)
+    lineage = inherited_lineage(cfg, base_path, lineage)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)

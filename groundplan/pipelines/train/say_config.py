@@ -37,7 +37,9 @@ class SayTrainConfig(TrainRunSpec):
     name: str = Field(description="Registered model name, e.g. 'say-babyai' (loaded as llm.model: "
                       "models:/say-babyai/<version>).", min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
     base_model: str = Field("smollm2-135m-instruct", min_length=1, description="The LM to fine-tune: an embedded "
-                            "name ('smollm2-135m-instruct', 'gemma-3-270m'), a Hugging Face id or a local folder.")
+                            "name ('smollm2-135m-instruct', 'gemma-3-270m'), a Hugging Face id, a local folder, or a "
+                            "registered Say model (models:/say-<env>/<N>, resolved in tracking_uri) to train "
+                            "further: the new model's lineage holds the base's too.")
     env: EnvSpec = Field(description="The env whose train tasks the trajectories replay in; its split is 'train' "
                          "(a test split is refused).")
     planner: PlannerSpec = Field(description="The planner whose prompts are the examples; evaluate the model with "
