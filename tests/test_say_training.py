@@ -293,8 +293,8 @@ def test_a_registered_say_model_trains_further_and_keeps_its_bases_lineage(train
     """``base_model: models:/...`` trains a registered Say model further; the new model's lineage holds every
     task the base trained on as train (a new split cannot turn one into validation), and a registered base
     without a lineage is refused before any work."""
-    from groundplan.grounding.canpay.lineage import Lineage, load_lineage
-    from groundplan.pipelines.train.say import inherited_lineage, run_train_say
+    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.pipelines.train.say import base_lineage, run_train_say
 
     cfg, result = trained
     more = cfg.model_copy(update={"name": "say-test-more", "base_model": result.model_uri, "epochs": 1, "seed": 1})
@@ -314,7 +314,7 @@ def test_a_registered_say_model_trains_further_and_keeps_its_bases_lineage(train
     bare = tmp_path / "bare"
     bare.mkdir()
     with pytest.raises(InvalidInputError, match="no lineage.json"):
-        inherited_lineage(more, str(bare), Lineage("models:/say-test-more", []))
+        base_lineage(more, str(bare))
 
 
 def _eval_config(cfg, result, tmp_path, **kw):

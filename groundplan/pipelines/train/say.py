@@ -299,20 +299,29 @@ def _examples_file(run_root: Path, key: str) -> Path:
     return run_root / f"examples-{key}.json"
 
 
-def inherited_lineage(cfg: SayTrainConfig, base_path: str, lineage: Any) -> Any:
-    """``lineage`` joined with the base model's own when the base is a registered Say model (a model trained
-    further keeps every task its weights read, so the evaluation's overlap check still covers them); a
-    registered base without a lineage is refused, since no test could then be checked against it."""
+def base_lineage(cfg: SayTrainConfig, base_path: str) -> Any:
+    """The lineage of a registered Say base model (None for any other base): a model trained further keeps
+    every task its weights read, so the evaluation's overlap check must still cover them. A registered base
+    without one is refused before any work, since no test could then be checked against the new model."""
     from groundplan.llm.loading import is_model_uri
 
     if not is_model_uri(cfg.base_model):
-        return lineage
-    from groundplan.grounding.canpay.lineage import inherit, load_lineage
+        return None
+    from groundplan.grounding.canpay.lineage import load_lineage
 
-    base = load_lineage(base_path, cfg.base_model)
-    if base is None:
+    lineage = load_lineage(base_path, cfg.base_model)
+    if lineage is None:
         raise InvalidInputError(f"base_model {cfg.base_model} has no lineage.json: what it was trained on is "
                                 "unknown, so no test set could be checked against the model trained from it")
+    return lineage
+
+
+def with_base_lineage(lineage: Any, base: Any) -> Any:
+    """``lineage`` joined with the base model's (:func:`~groundplan.grounding.canpay.lineage.inherit`)."""
+    if base is None:
+        return lineage
+    from groundplan.grounding.canpay.lineage import inherit
+
     try:
         return inherit(lineage, base)
     except ValueError as e:
@@ -445,13 +454,14 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
 
     # an embedded model converts once, and a registered one downloads once, before any worker starts
     base_path = resolve_model_path(cfg.base_model, tracking_uri)
+    inherited = base_lineage(cfg, base_path)
     precision = resolve_precision(cfg)
     paths = [p for s in sources for p in s.paths] if cfg.data else None
     ex_key = examples_key(cfg, paths)
     key = config_key(cfg, ex_key)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     train, val, counts, lineage = load_or_build_examples(cfg, run_root, ex_key, paths, progress)
-    lineage = inherited_lineage(cfg, base_path, lineage)
+    lineage = with_base_lineage(lineage, inherited)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)
