@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from groundplan.core.errors import InvalidInputError
 from groundplan.envs.splits import instruction_key, visible_signature
 from groundplan.grounding.canpay.views import DEFAULT_VIEW
 
@@ -72,14 +73,15 @@ def inherit(lineage: Lineage, base: Lineage) -> Lineage:
     cannot lift it, since a selection sweep may run on validation tasks only); the validation tasks of both
     stay ``validation``."""
     if lineage.goal_view != base.goal_view:
-        raise ValueError(f"the base model's lineage ({base.source}) keys tasks through goal view "
-                         f"'{base.goal_view}', this run through '{lineage.goal_view}': one lineage cannot hold both")
+        raise InvalidInputError(f"the base model's lineage ({base.source}) keys tasks through goal view "
+                                f"'{base.goal_view}', this run through '{lineage.goal_view}': one lineage cannot "
+                                "hold both")
     both = [*base.examples, *lineage.examples]
     trained = [e for e in both if e.role == "train"]
     sigs, instrs = {e.signature for e in trained}, {e.instruction for e in trained}
+    kept = trained + [e for e in both if e.role != "train" and e.signature not in sigs and e.instruction not in instrs]
     out: dict[tuple[str, str], Example] = {}
-    for e in [*trained, *(e for e in both if e.role != "train" and e.signature not in sigs
-                          and e.instruction not in instrs)]:
+    for e in kept:
         out.setdefault((e.role, e.signature), e)
     return Lineage(lineage.source, list(out.values()), lineage.goal_view)
 

@@ -29,11 +29,15 @@ import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.loading import SAY_MODEL_FILE as SAY_FILE  # marks a saved Say model's folder
+from groundplan.llm.loading import is_model_uri
 from groundplan.pipelines.train.say_config import SayTrainConfig
+
+if TYPE_CHECKING:
+    from groundplan.grounding.canpay.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
@@ -299,12 +303,10 @@ def _examples_file(run_root: Path, key: str) -> Path:
     return run_root / f"examples-{key}.json"
 
 
-def base_lineage(cfg: SayTrainConfig, base_path: str) -> Any:
+def base_lineage(cfg: SayTrainConfig, base_path: str) -> Lineage | None:
     """The lineage of a registered Say base model (None for any other base): a model trained further keeps
     every task its weights read, so the evaluation's overlap check must still cover them. A registered base
     without one is refused before any work, since no test could then be checked against the new model."""
-    from groundplan.llm.loading import is_model_uri
-
     if not is_model_uri(cfg.base_model):
         return None
     from groundplan.grounding.canpay.lineage import load_lineage
@@ -314,18 +316,6 @@ def base_lineage(cfg: SayTrainConfig, base_path: str) -> Any:
         raise InvalidInputError(f"base_model {cfg.base_model} has no lineage.json: what it was trained on is "
                                 "unknown, so no test set could be checked against the model trained from it")
     return lineage
-
-
-def with_base_lineage(lineage: Any, base: Any) -> Any:
-    """``lineage`` joined with the base model's (:func:`~groundplan.grounding.canpay.lineage.inherit`)."""
-    if base is None:
-        return lineage
-    from groundplan.grounding.canpay.lineage import inherit
-
-    try:
-        return inherit(lineage, base)
-    except ValueError as e:
-        raise InvalidInputError(str(e)) from None
 
 
 def load_or_build_examples(cfg: SayTrainConfig, run_root: Path, key: str, paths: list[str] | None, progress: bool):
@@ -461,7 +451,10 @@ def run_train_say(cfg: SayTrainConfig, progress: bool = True, ray_address: str |
     key = config_key(cfg, ex_key)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     train, val, counts, lineage = load_or_build_examples(cfg, run_root, ex_key, paths, progress)
-    lineage = with_base_lineage(lineage, inherited)
+    if inherited is not None:
+        from groundplan.grounding.canpay.lineage import inherit
+
+        lineage = inherit(lineage, inherited)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)
