@@ -13,6 +13,7 @@ from groundplan.llm.hf_kv import KVContext
 from groundplan.llm.hf_scoring import PackedScorer
 from groundplan.llm.hf_stats import EngineStats
 from groundplan.llm.hf_tokens import BoundaryTokenizer
+from groundplan.llm.hf_tree import tree_size
 from groundplan.llm.prefix_cache import PrefixCache
 
 PROMPT = "Human: How would you bring me a coke can?\nRobot: 1. find a coke can, 2."
@@ -48,12 +49,27 @@ def test_padded_equals_the_loop_of_packed_requests(lm):
     assert batch.scorer.stats.score_calls == 2 * len(REQUESTS)
 
 
+def test_padded_rows_hold_each_request_as_a_token_tree(lm):
+    """Options that share a prefix: each padded row runs the request's tree (its distinct prefixes)."""
+    shared = [(PROMPT, [" pick up the coke can", " pick up the apple", " go to the table", " go to the counter"]),
+              ("Human: say hi\nRobot:", [" hi there", " hi", " hello there"])]
+    batch = _batch(lm)
+    loop = _sums(batch.score_batch(shared, layout="loop"))
+    before = batch.scorer.stats.forward_tokens
+    padded = _sums(batch.score_batch(shared, layout="padded"))
+    rows = [tree_size([p.segment for p in batch.scorer.tokens.split(p_, o)[1]]) for p_, o in shared]
+    assert batch.scorer.stats.forward_tokens - before == sum(rows)  # the prompts were cached by the loop
+    assert rows[0] < sum(len(p.segment) for p in batch.scorer.tokens.split(*shared[0])[1])
+    for a, b in zip(padded, loop):
+        assert np.allclose(a, b, atol=TOL, rtol=0)
+
+
 def test_rows_bound_and_oversized_requests_keep_the_scores(lm):
     """Two rows per forward, and a pack bound the second request exceeds (so it is scored alone)."""
     want = _sums(_batch(lm).score_batch(REQUESTS, layout="loop"))
     batch = _batch(lm, max_pack_tokens=15, max_batch_rows=1)
     oversized = [r for r, (_, opts) in enumerate(REQUESTS)
-                 if sum(len(p.segment) for p in batch.scorer.tokens.split(REQUESTS[r][0], opts)[1]) > 15]
+                 if tree_size([p.segment for p in batch.scorer.tokens.split(REQUESTS[r][0], opts)[1]]) > 15]
     assert oversized == [1]
     got = _sums(batch.score_batch(REQUESTS, layout="padded"))
     for a, b in zip(got, want):

@@ -72,9 +72,13 @@ def test_buffers_append_in_place_and_grow_past_their_capacity():
     assert layer.get_mask_sizes(2) == (8, 0)
 
 
-def test_packed_mask_sees_the_prefix_and_its_own_segment_causally(lm):
+def test_packed_mask_sees_the_prefix_and_the_rows_the_tree_allows(lm):
     kv = _fresh(lm)
-    mask = kv.packed_mask(np.array([0, 0, 1, 1, 1]), past_len=2)
+    # two options after a 2-token prefix: rows 0-1 one branch, rows 2-4 another (a tree_pack's visible)
+    visible = np.zeros((5, 5), dtype=bool)
+    for row, ancestors in enumerate([[0], [0, 1], [2], [2, 3], [2, 3, 4]]):
+        visible[row, ancestors] = True
+    mask = kv.packed_mask(visible, past_len=2)
     assert mask.shape == (1, 1, 5, 7)
     want = np.array([
         [1, 1, 1, 0, 0, 0, 0],
@@ -88,6 +92,9 @@ def test_packed_mask_sees_the_prefix_and_its_own_segment_causally(lm):
         assert got.dtype == bool and (got == want).all()
     else:  # eager attention: additive, 0 where allowed
         assert ((got == 0) == want).all()
+    tail = kv.packed_mask(visible[:2, :2], past_len=1, tail=2)[0, 0].cpu().numpy()  # 2 context rows first
+    want_tail = np.array([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=bool)
+    assert ((tail if kv.bool_mask else tail == 0) == want_tail).all()
 
 
 def test_headroom_and_the_decoder_split(lm):

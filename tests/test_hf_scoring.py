@@ -13,6 +13,7 @@ from groundplan.llm.hf_kv import KVContext
 from groundplan.llm.hf_scoring import PackedScorer, option_score
 from groundplan.llm.hf_stats import EngineStats
 from groundplan.llm.hf_tokens import BoundaryTokenizer
+from groundplan.llm.hf_tree import tree_size
 from groundplan.llm.prefix_cache import PrefixCache
 
 PROMPT = ("Robot: Hi there, I'm a robot operating in a kitchen.\nHuman: How would you bring me a coke can?\n"
@@ -39,6 +40,11 @@ def _plain(lm, prompt: str, option: str) -> float:
     return float(sum(lp[j - 1, ids[j]] for j in range(first, len(ids))))
 
 
+def _rows(plans) -> int:
+    """Rows of the options packed as one token tree (each distinct prefix once)."""
+    return tree_size([p.segment for p in plans])
+
+
 def test_packed_scores_equal_a_plain_forward_per_option(lm):
     scorer = _scorer(lm)
     got = scorer.score(PROMPT, OPTIONS)
@@ -47,9 +53,9 @@ def test_packed_scores_equal_a_plain_forward_per_option(lm):
         assert s.logprob_sum == pytest.approx(_plain(lm, PROMPT, s.option), abs=TOL)
         assert s.logprob_mean == pytest.approx(s.logprob_sum / s.num_tokens)
     assert scorer.stats.score_calls == 1 and scorer.stats.options_scored == len(OPTIONS)
-    # the prompt once, then only the option tokens; logits only where an option token is predicted
-    ctx_len = len(scorer.tokens.split(PROMPT, OPTIONS)[0])
-    assert scorer.stats.forward_tokens == ctx_len + sum(len(p.segment) for p in scorer.tokens.split(PROMPT, OPTIONS)[1])
+    # the prompt once, then each distinct option prefix once; logits only where an option token is predicted
+    ctx, plans, _ = scorer.tokens.split(PROMPT, OPTIONS)
+    assert scorer.stats.forward_tokens == len(ctx) + _rows(plans)
 
 
 def test_a_warm_prompt_gives_the_cold_scores(lm):
@@ -58,8 +64,7 @@ def test_a_warm_prompt_gives_the_cold_scores(lm):
     tokens_before = scorer.stats.forward_tokens
     warm = scorer.score(PROMPT, OPTIONS)
     assert [a.logprob_sum for a in warm] == [a.logprob_sum for a in cold]  # same buffers, same pack: bit-equal
-    packed_tokens = sum(len(p.segment) for p in scorer.tokens.split(PROMPT, OPTIONS)[1])
-    assert scorer.stats.forward_tokens - tokens_before == packed_tokens  # the prompt did not run again
+    assert scorer.stats.forward_tokens - tokens_before == _rows(scorer.tokens.split(PROMPT, OPTIONS)[1])  # no prompt again
 
 
 @pytest.mark.parametrize("pack", [1, 7])
@@ -70,6 +75,16 @@ def test_small_packs_score_as_one_pack(lm, pack):
     assert len(chunks) > 1 and sorted(i for c in chunks for i in c) == list(range(len(OPTIONS)))
     small = scorer.score(PROMPT, OPTIONS)
     assert np.allclose([s.logprob_sum for s in small], [s.logprob_sum for s in whole], atol=TOL, rtol=0)
+
+
+def test_the_tree_runs_each_shared_prefix_once_and_scores_as_the_flat_packing(lm):
+    tree, flat = _scorer(lm), _scorer(lm)
+    flat.share_prefixes = False
+    shared, alone = tree.score(PROMPT, OPTIONS), flat.score(PROMPT, OPTIONS)
+    plans = tree.tokens.split(PROMPT, OPTIONS)[1]
+    assert flat.stats.forward_tokens - tree.stats.forward_tokens == sum(len(p.segment) for p in plans) - _rows(plans) > 0
+    assert tree.stats.logit_positions < flat.stats.logit_positions  # a shared row's logits once
+    assert np.allclose([s.logprob_sum for s in shared], [s.logprob_sum for s in alone], atol=TOL, rtol=0)
 
 
 def test_reference_path_agrees_and_ranks_the_sensible_option_first(lm):
@@ -129,5 +144,5 @@ def test_a_warm_step_runs_its_prompt_tail_in_the_options_forward(lm, pack):
     for a, b, c in zip(got, want, again):
         assert a.logprob_sum == pytest.approx(b.logprob_sum, abs=TOL) and c.logprob_sum == pytest.approx(b.logprob_sum, abs=TOL)
         assert a.logprob_sum == pytest.approx(_plain(lm, step2, a.option), abs=TOL)
-    packed_tokens = sum(len(p.segment) for p in fused.tokens.split(step2, OPTIONS)[1])
+    packed_tokens = _rows(fused.tokens.split(step2, OPTIONS)[1])
     assert fused.stats.forward_tokens - packed_tokens == alone.stats.forward_tokens  # the same tokens, fewer forwards

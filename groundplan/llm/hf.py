@@ -192,6 +192,8 @@ class HFLanguageModel:
     #: the prefix cache of entries with per-position log-probs (:meth:`prompt_logprobs` only)
     scored_cache = _Forward("_echo", "scored_cache")
     max_pack_tokens = _Forward("_kv", "max_pack_tokens", int)
+    #: pack a request's options as a token tree (a shared prefix once); False: the flat layout, a baseline
+    share_prefixes = _Forward("_scorer", "share_prefixes", bool)
     batched_forward = _Forward("_batch", "batched_forward")
     max_batch_rows = _Forward("_batch", "max_batch_rows", int)
     #: ``"padded"`` or ``"loop"`` once chosen (``"on"``/``"off"`` choose at once; ``"auto"`` after timing both)

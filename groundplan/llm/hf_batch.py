@@ -56,40 +56,35 @@ class BatchScorer:
         self.trial_s: dict[str, list[float]] = {"padded": [], "loop": []}
 
     def score_padded(self, prepared: list[Prepared]) -> list[list[list[float]]]:
-        """Token log-probs of several requests in one forward: row r = request r's options packed after
-        its own cached prefix (copied into the row's first ``past_len`` key/value slots; the slots up to
-        the longest prefix are padding that no query sees). Each option token sees its own request's
-        prefix and the earlier tokens of its own option, at the positions a lone forward would use, so
+        """Token log-probs of several requests in one forward: row r = request r's options packed as one
+        token tree after its own cached prefix (copied into the row's first ``past_len`` key/value slots;
+        the slots up to the longest prefix are padding that no query sees). Each option token sees its own
+        request's prefix and its own ancestors in the tree, at the positions a lone forward would use, so
         each row computes what :meth:`PackedScorer.score_packed` computes for that request."""
         kvc, stats = self.scorer.kv, self.scorer.stats
         body, head = kvc.head()  # type: ignore[misc]
         rows = len(prepared)
         longest = max(pr.past_len for pr in prepared)
-        width = max(pr.pack_tokens for pr in prepared)
+        width = max(self.scorer.pack_rows(pr) for pr in prepared)
         ids = np.zeros((rows, width), dtype=np.int64)
         pos = np.zeros((rows, width), dtype=np.int64)
         allowed = np.zeros((rows, width, longest + width), dtype=bool)
-        keep_rows, keep_cols, targets, owners = [], [], [], []
+        keep_rows, keep_cols, picks, targets, owners = [], [], [], [], []
         token_lps = [self.scorer.first_token_lps(pr) for pr in prepared]
         for r, pr in enumerate(prepared):
-            seg_ids, start = [], 0
-            for i, plan in enumerate(pr.plans):
-                seg, n = plan.segment, len(plan.segment)
-                ids[r, start:start + n] = seg
-                pos[r, start:start + n] = np.arange(pr.past_len, pr.past_len + n)
-                seg_ids.append(np.full(n, i))
-                for j in range(max(plan.scored_from, 1), n):
-                    keep_rows.append(r)
-                    keep_cols.append(start + j - 1)
-                    targets.append(seg[j])
-                    owners.append((r, i))
-                start += n
-            seg_arr = np.concatenate(seg_ids)
-            idx = np.arange(start)
-            allowed[r, :start, :pr.past_len] = True
-            allowed[r, :start, longest:longest + start] = (seg_arr[:, None] == seg_arr[None, :]) & (idx[None, :] <= idx[:, None])
-            allowed[r, start:, 0] = True  # padding queries see one column (their outputs are never read)
-            stats.forward_tokens += start
+            pack = self.scorer.pack(pr, list(range(len(pr.plans))))
+            n, base = pack.rows, len(keep_rows)
+            ids[r, :n] = pack.ids
+            pos[r, :n] = pr.past_len + pack.depth
+            keep_rows += [r] * len(pack.keep)
+            keep_cols += pack.keep
+            picks += [base + k for k in pack.pick]
+            targets += pack.targets
+            owners += [(r, i) for i in pack.owners]
+            allowed[r, :n, :pr.past_len] = True
+            allowed[r, :n, longest:longest + n] = pack.visible
+            allowed[r, n:, 0] = True  # padding queries see one column (their outputs are never read)
+            stats.forward_tokens += n
         kv = []
         for layer in range(len(prepared[0].kv)):
             k0, v0 = prepared[0].kv[layer]
@@ -108,10 +103,10 @@ class BatchScorer:
                        attention_mask=mask, past_key_values=kvc.new_cache(kv, longest), use_cache=True)
             hidden = out.last_hidden_state[torch.as_tensor(keep_rows, device=kvc.device), torch.as_tensor(keep_cols, device=kvc.device)]
             lp = torch.log_softmax(kvc.head_logits(head, hidden), dim=-1)
-            picked = lp.gather(1, torch.as_tensor(targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+            picked = lp[torch.as_tensor(picks, device=lp.device), torch.as_tensor(targets, device=lp.device)].tolist()
             for (r, i), value in zip(owners, picked):
                 token_lps[r][i].append(value)
-            stats.logit_positions += len(targets)
+            stats.logit_positions += len(keep_rows)
         stats.padded_batches += 1
         return token_lps
 
@@ -139,7 +134,7 @@ class BatchScorer:
             else:
                 prepared = [scorer.prepare(p, o) for p, o in requests]
                 token_lps: list[list[list[float]]] = [[] for _ in prepared]
-                fits = [r for r, pr in enumerate(prepared) if pr.pack_tokens <= scorer.kv.max_pack_tokens]
+                fits = [r for r, pr in enumerate(prepared) if scorer.pack_rows(pr) <= scorer.kv.max_pack_tokens]
                 for r in range(len(prepared)):
                     if r not in fits:
                         token_lps[r] = scorer.score_packed(prepared[r])

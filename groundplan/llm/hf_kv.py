@@ -4,7 +4,7 @@ Every forward the engine runs after a prompt (packed options, padded batches, pa
 attends to the prompt's key/values from the prefix cache (:mod:`groundplan.llm.prefix_cache`) and appends
 its own columns into the same preallocated buffers (:class:`_BufferLayer`), so a long prompt is computed
 once and never copied per option, sample or beam. Which earlier columns a new token may see is a custom
-4-D mask (tree attention: the prompt's columns plus its own segment's earlier tokens), built here.
+4-D mask (tree attention: the prompt's columns plus the token's own ancestors in the pack), built here.
 """
 from __future__ import annotations
 
@@ -208,17 +208,16 @@ class KVContext:
         kv, last = self.context(ctx)
         return kv, last, False
 
-    def packed_mask(self, seg_ids: np.ndarray, past_len: int, tail: int = 0) -> torch.Tensor:
-        """[1, 1, Q, past+Q] mask: all cached columns, plus causal attention within one's own segment. With
-        ``tail`` > 0 the first ``tail`` rows are the context's own last tokens, computed in the same forward:
-        they attend causally among themselves (and to no segment), and every segment row sees all of them."""
-        q = len(seg_ids)
-        idx = np.arange(q)
-        own = (seg_ids[:, None] == seg_ids[None, :]) & (idx[None, :] <= idx[:, None])
-        if tail:
-            own[:tail] = False
-            own[:tail, :tail] = np.tri(tail, dtype=bool)
-            own[tail:, :tail] = True
+    def packed_mask(self, visible: np.ndarray, past_len: int, tail: int = 0) -> torch.Tensor:
+        """[1, 1, Q, past+Q] mask: all cached columns, plus the pack's own rows as ``visible`` allows (a
+        token tree's ancestors and self, :mod:`groundplan.llm.hf_tree`). With ``tail`` > 0 the first
+        ``tail`` rows are the context's own last tokens, computed in the same forward: they attend causally
+        among themselves (and to no option row), and every option row sees all of them."""
+        q = tail + len(visible)
+        own = np.zeros((q, q), dtype=bool)
+        own[:tail, :tail] = np.tri(tail, dtype=bool)
+        own[tail:, :tail] = True
+        own[tail:, tail:] = visible
         return self.mask_tensor(np.concatenate([np.ones((q, past_len), dtype=bool), own], axis=1))
 
     def mask_tensor(self, allowed: np.ndarray) -> torch.Tensor:

@@ -2,13 +2,14 @@
 
 SayCan's pattern is many short options after one long prompt. The prompt runs once, or not at all when
 the prefix cache holds it (:meth:`~groundplan.llm.hf_kv.KVContext.context`); then all options are packed
-after it into one sequence whose 4-D attention mask lets every option token see the prompt's cached
-keys/values and the earlier tokens of its own option only (the layout of tree attention / SpecInfer).
-Position ids restart after the prompt for every option, so each option is computed as in a lone
-``prompt + option`` forward: the same function, though not bit-identically, since the other options in
-the pack and the cached prefix's length change the float32 reduction order (differences of about 1e-5 in
-log p, tested at 1e-3). Vocabulary logits are computed only at the positions that predict an option
-token. :meth:`PackedScorer.score_reference` is the naive baseline (one full forward per option).
+after it into one sequence as a token tree (:mod:`groundplan.llm.hf_tree`: a prefix several options share
+is one row), whose 4-D attention mask lets every row see the prompt's cached keys/values and its own
+ancestors only (the layout of tree attention / SpecInfer). Position ids count a row's depth after the
+prompt, so each option is computed as in a lone ``prompt + option`` forward: the same function, though not
+bit-identically, since the other rows of the pack and the cached prefix's length change the float32
+reduction order (differences of about 1e-5 in log p, tested at 1e-3). Vocabulary logits are computed only
+at the rows that predict an option token, once a row however many options read it.
+:meth:`PackedScorer.score_reference` is the naive baseline (one full forward per option).
 
 One forward per step: when the prefix cache holds all of the prompt but a short tail (a SayCan step after
 the previous one: the chosen skill and the next step number, ~10 tokens), the tail runs in the same forward
@@ -20,14 +21,15 @@ order aside, as above).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
 from groundplan.llm.base import OptionScore
 from groundplan.llm.hf_kv import KV, EnginePart
-from groundplan.llm.hf_tokens import OptionPlan, pack_chunks
+from groundplan.llm.hf_tokens import OptionPlan
+from groundplan.llm.hf_tree import TreePack, tree_chunks, tree_pack, tree_size
 
 #: (ids, log-probs) of the most likely tokens at one scored position
 Top = tuple[np.ndarray, np.ndarray]
@@ -46,25 +48,6 @@ class Prepared:
     pending: int = 0  # context tokens not computed yet: they run with the first pack (``fuse_tail``)
     keep_tail: bool = False  # keep the raw logits of every pending row (``tail_logits``), not only the last
     tail_logits: torch.Tensor | None = None  # [pending, vocab] raw logits of the pending rows, with ``keep_tail``
-
-    @property
-    def pack_tokens(self) -> int:
-        return sum(len(p.segment) for p in self.plans)
-
-
-class Pack(NamedTuple):
-    """One pack's inputs: token ids, segment ids and positions per option, and for every scored token the
-    pack row whose logits predict it (``keep``), the token (``targets``) and the option it belongs to; with
-    ``ends``, also the row of each option's last token (whose logits predict the token after the option),
-    in the chunk's order."""
-
-    ids: list[np.ndarray]
-    seg_ids: np.ndarray
-    pos: list[np.ndarray]
-    keep: list[int]
-    targets: list[int]
-    owners: list[int]
-    ends: list[int] = []
 
 
 def option_score(option: str, lps: list[float]) -> OptionScore:
@@ -86,6 +69,9 @@ class PackedScorer(EnginePart):
 
     #: run a short uncached context tail in the first options' forward (one forward per warm step)
     fuse_tail: bool = True
+    #: pack the options as a token tree, a shared prefix once (False: each option on its own branch, the flat
+    #: layout; a benchmark's baseline)
+    share_prefixes: bool = True
 
     def prepare(self, prompt: str, options: Sequence[str], fuse: bool = False) -> Prepared:
         """Tokenise a request at the option boundary and compute (or find cached) its shared context; with
@@ -107,9 +93,9 @@ class PackedScorer(EnginePart):
         return [[float(pr.last[p.segment[0]])] if p.scored_from == 0 else [] for p in pr.plans]
 
     def chunks(self, plans: list[OptionPlan]) -> list[list[int]]:
-        """Option indices grouped into packs of at most ``max_pack_tokens`` tokens (an option longer
+        """Option indices grouped into token trees of at most ``max_pack_tokens`` rows (an option longer
         than that is a pack of its own)."""
-        return pack_chunks([len(p.segment) for p in plans], self.kv.max_pack_tokens)
+        return tree_chunks([p.segment for p in plans], self.kv.max_pack_tokens, self.share_prefixes)
 
     def score_packed(self, pr: Prepared) -> list[list[float]]:
         """Token log-probs of one request's options: packed after its context, one forward per chunk."""
@@ -142,64 +128,54 @@ class PackedScorer(EnginePart):
                             t.append(first)
             if lp is None:
                 continue
-            picked = lp.gather(1, torch.as_tensor(pack.targets, device=lp.device).unsqueeze(1)).squeeze(1).tolist()
+            pick = torch.as_tensor(pack.pick, device=lp.device)
+            picked = lp[pick, torch.as_tensor(pack.targets, device=lp.device)].tolist()
             for owner, value in zip(pack.owners, picked):
                 token_lps[owner].append(value)
             if top_k:
                 tv, ti = lp.topk(top_k, dim=-1)
                 tv, ti = tv.cpu().numpy(), ti.cpu().numpy()
-                for row, owner in enumerate(pack.owners):
+                for row, owner in zip(pack.pick, pack.owners):
                     tops[owner].append((ti[row], tv[row]))
         return token_lps, tops, after
 
-    @staticmethod
-    def pack(pr: Prepared, chunk: list[int], ends: bool = False) -> Pack:
-        """The inputs of the pack of options ``chunk`` after ``pr``'s context (with ``ends``, each option's
+    def pack(self, pr: Prepared, chunk: list[int], ends: bool = False) -> TreePack:
+        """The token tree of the options ``chunk`` after ``pr``'s context (with ``ends``, each option's
         last row too)."""
-        ids, seg_ids, pos, keep, targets, owners, last_rows = [], [], [], [], [], [], []
-        start = 0
-        for i in chunk:
-            seg, s0 = pr.plans[i].segment, pr.plans[i].scored_from
-            ids.append(seg)
-            seg_ids.append(np.full(len(seg), i))
-            pos.append(np.arange(pr.past_len, pr.past_len + len(seg)))
-            for j in range(max(s0, 1), len(seg)):
-                keep.append(start + j - 1)
-                targets.append(seg[j])
-                owners.append(i)
-            if ends:
-                last_rows.append(start + len(seg) - 1)
-            start += len(seg)
-        seg_arr = np.concatenate(seg_ids) if seg_ids else np.zeros(0, dtype=np.int64)
-        return Pack(ids, seg_arr, pos, keep, targets, owners, last_rows)
+        return tree_pack([p.segment for p in pr.plans], [p.scored_from for p in pr.plans], chunk, ends,
+                         self.share_prefixes)
 
-    def forward(self, pr: Prepared, pack: Pack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def pack_rows(self, pr: Prepared) -> int:
+        """Rows of all of ``pr``'s options packed as one tree."""
+        return tree_size([p.segment for p in pr.plans], self.share_prefixes)
+
+    def forward(self, pr: Prepared, pack: TreePack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run
         first in the same forward (rows before the pack), which completes and caches the context and sets
         ``pr.last``; with ``pr.keep_tail`` it also sets ``pr.tail_logits`` (the raw logits of every tail row,
         which the echo path needs for the context's own positions) and leaves the caching to that caller.
-        Returns the log-probs at the pack's scored rows (None when it scores none) and the raw logits at
+        Returns the log-probs at the pack's ``keep`` rows (None when it scores none) and the raw logits at
         its ``ends`` rows (None when it has none)."""
         kvc = self.kv
-        ids, seg_arr, pos, keep = pack.ids, pack.seg_ids, pack.pos, pack.keep
+        keep = pack.keep
         start = pr.past_len - tail
+        ids, pos = [pack.ids], [pr.past_len + pack.depth]
         if tail:
             ids = [pr.ctx[start:], *ids]
             pos = [np.arange(start, pr.past_len), *pos]
-            seg_arr = np.concatenate([np.full(tail, -1), seg_arr])
         head = list(range(tail)) if tail and pr.keep_tail else [tail - 1] if tail else []
         rows = head + [tail + k for k in keep] + [tail + k for k in pack.ends]
         cache = kvc.new_cache(pr.kv, start)
         out = kvc.model(
             input_ids=torch.as_tensor(np.concatenate(ids), device=kvc.device).unsqueeze(0),
             position_ids=torch.as_tensor(np.concatenate(pos), device=kvc.device).unsqueeze(0),
-            attention_mask=kvc.packed_mask(seg_arr, start, tail),
+            attention_mask=kvc.packed_mask(pack.visible, start, tail),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=torch.as_tensor(rows, device=kvc.device),
         )
         logits = out.logits[0].float()
-        self.stats.forward_tokens += len(seg_arr)
+        self.stats.forward_tokens += tail + pack.rows
         self.stats.logit_positions += len(rows)
         if tail:
             last = logits[len(head) - 1].clone()  # cached: not a view that keeps every row's logits alive
