@@ -216,3 +216,33 @@ def test_shipped_prompts_share_no_task_with_their_test_split(env, tmp_path):
     made = make_env(cfg.env)
     tasks = select_tasks(made, cfg)
     assert tasks and check_lineage(cfg, tasks, made) == len(raw["planners"])
+
+
+def test_a_grounding_model_split_like_the_say_model_validates_on_its_validation_tasks(tmp_path):
+    """split_like: the reference model's validation tasks (with their whole task groups) are this model's
+    validation and nothing else is, so the planner's options can be searched on them with both models."""
+    import yaml
+
+    from groundplan.core.errors import InvalidInputError
+    from groundplan.grounding.canpay.config import TrainConfig
+    from groundplan.grounding.canpay.data import read_trajectories
+    from groundplan.pipelines.train.canpay import build_examples, reference_lineage
+    from tests.kitchen_data import collect_kitchen
+
+    data = collect_kitchen(tmp_path, seeds=[0, 1], splits=("train",))
+    trajs = read_trajectories([str(data)], env="kitchen", split="train")
+    chosen = {trajs[0].task_id, trajs[-1].task_id}
+    say = Lineage("models:/say-kitchen/1", [Example("validation", t, f"sig {t}", f"instr {t}") for t in chosen])
+    (tmp_path / "say").mkdir()
+    save_lineage(tmp_path / "say", say)
+    raw = yaml.safe_load(open("configs/train_can_kitchen.yaml").read())
+    cfg = TrainConfig(**{**raw, "data": [str(data)], "max_trajectories": None, "split_like": str(tmp_path / "say")})
+    _, _, counts, lineage = build_examples(cfg, reference=reference_lineage(cfg, None))
+    val = {e.task_id for e in lineage.examples if e.role == "validation"}
+    assert val == chosen and counts["val_trajectories"] == sum(t.task_id in chosen for t in trajs) == 4
+    assert not val & {e.task_id for e in lineage.examples if e.role == "train"}
+    with pytest.raises(InvalidInputError, match="no lineage.json"):
+        reference_lineage(cfg.model_copy(update={"split_like": str(tmp_path)}), None)
+    stranger = Lineage("models:/say-x/1", [Example("validation", "nowhere", "s", "i")])
+    with pytest.raises(InvalidInputError, match="none of the"):
+        build_examples(cfg, reference=stranger)

@@ -114,6 +114,13 @@ class TrainConfig(TrainRunSpec):
         "or the actions the env listed at that step, less the trajectory's own ('listed': for envs that list every "
         "action over the task's objects, so the model sees steps no object allows).")
     seed: int = Field(0, ge=0, description="Seeds the split, the negative sampling and the initialisation.")
+    split_like: str | None = Field(None, min_length=1, description="A trained model (models:/<name>/<N> in "
+                                   "tracking_uri, or its folder) whose validation tasks are this model's: every "
+                                   "task group holding one of them is validation, every other train (val_fraction "
+                                   "and the seed's shuffle are not used). Give the Say model's, so that a search over "
+                                   "the planner's options can run on its validation tasks with this model too; split "
+                                   "independently, this model may train on them and the lineage check refuses the "
+                                   "search. None: split by val_fraction.")
     experiment: str = Field("saycanpay-train", description="MLflow experiment name.")
 
     @field_validator("data")

@@ -27,6 +27,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence
 
+from groundplan.core.errors import InvalidInputError
 from groundplan.envs.splits import instruction_key, visible_signature
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,6 @@ def expand_paths(paths: Iterable[str]) -> list[str]:
         elif os.path.exists(p):
             out.append(p)
         else:
-            from groundplan.core.errors import InvalidInputError
-
             raise InvalidInputError(f"trajectory data not found: {p}")
     return list(dict.fromkeys(out))
 
@@ -165,6 +164,25 @@ def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: i
     n_val = min(len(groups) - 1, max(1, int(round(len(groups) * val_fraction)))) if len(groups) > 1 else 0
     return [t for g in groups[n_val:] for t in g], [t for g in groups[:n_val] for t in g]
 
+
+
+def split_like(trajs: Sequence[Trajectory], validation_ids: set[str], by: str = "signature",
+               source: str = "the reference model") -> tuple[list[Trajectory], list[Trajectory]]:
+    """Train/validation split that follows another model's: every task group (:func:`task_groups`) holding
+    one of ``validation_ids`` (the task ids that model validated on) is validation, every other group
+    train. A grounding model trained this way never reads the Say model's validation tasks, so a search
+    over both (the SayCan/SayCanPay planner's options) can run on those tasks; split independently, the
+    two models' validation sets differ and the lineage check refuses the search. Refused when no
+    trajectory is of those tasks or every one is."""
+    groups = task_groups(trajs, by)
+    val = [g for g in groups if any((t.task_id or t.traj_id) in validation_ids for t in g)]
+    if not val:
+        raise InvalidInputError(f"none of the {len(trajs)} trajectories is of a validation task of {source}: "
+                                "the two models read different data")
+    if len(val) == len(groups):
+        raise InvalidInputError(f"every trajectory is of a validation task of {source}: nothing is left to train on")
+    train = [g for g in groups if not any((t.task_id or t.traj_id) in validation_ids for t in g)]
+    return [t for g in train for t in g], [t for g in val for t in g]
 
 # ------------------------------------------------------------------------------------ examples
 @dataclass(frozen=True)

@@ -56,16 +56,34 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     return load_yaml_model(TrainConfig, path, overrides, "training config")
 
 
-def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[list[Any], list[Any], dict[str, int], Any]:
+def reference_lineage(cfg: TrainConfig, tracking_uri: str | None) -> Any:
+    """The lineage of ``cfg.split_like``'s model (None when the config splits on its own), read before any
+    data: a reference without one is refused, since its validation tasks would be unknown."""
+    if cfg.split_like is None:
+        return None
+    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.llm.loading import is_model_uri, resolve_model_path
+
+    path = resolve_model_path(cfg.split_like, tracking_uri) if is_model_uri(cfg.split_like) else cfg.split_like
+    lineage = load_lineage(path, cfg.split_like) if Path(path).is_dir() else None
+    if lineage is None:
+        raise InvalidInputError(f"split_like {cfg.split_like} has no lineage.json, so its validation tasks are unknown")
+    return lineage
+
+
+def build_examples(cfg: TrainConfig, paths: list[str] | None = None,
+                   reference: Any = None) -> tuple[list[Any], list[Any], dict[str, int], Any]:
     """(train examples, validation examples, counts, lineage) for the config's model kind; the lineage
     (:mod:`groundplan.grounding.canpay.lineage`) lists the train and validation tasks by what the model
     reads of them, and is saved with the model. ``paths`` are the data paths :func:`run_train` resolved
-    from ``cfg.data`` (default: ``cfg.data`` as paths)."""
+    from ``cfg.data`` (default: ``cfg.data`` as paths); ``reference``: :func:`reference_lineage`'s, whose
+    validation tasks are this model's (:func:`~groundplan.grounding.canpay.data.split_like`)."""
     from groundplan.grounding.canpay.lineage import trajectories_lineage
     from groundplan.grounding.canpay.data import (
         can_examples,
         pay_examples,
         read_trajectories,
+        split_like,
         split_trajectories,
         task_groups,
     )
@@ -85,7 +103,11 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None) -> tuple[li
     from groundplan.envs import ENVS
 
     by = ENVS.get(cfg.env).capabilities.disjoint_by  # an env split by task name: its programs of a name are one task
-    train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed, by=by)
+    if reference is not None:
+        val_ids = {e.task_id for e in reference.examples if e.role == "validation"}
+        train_t, val_t = split_like(trajs, val_ids, by=by, source=reference.source)
+    else:
+        train_t, val_t = split_trajectories(trajs, cfg.val_fraction, cfg.seed, by=by)
     if not val_t:
         raise InvalidInputError(f"the {len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data} "
                                 "are all of one task; a validation split by task needs at least 2")
@@ -295,6 +317,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
                           "SQLite store under output_dir")
     from groundplan.datasets.source import lineage_tags, resolve_data
 
+    reference = reference_lineage(cfg, tracking_uri)
     sources = resolve_data(cfg.data, tracking_uri)
     import mlflow
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
@@ -302,7 +325,7 @@ def run_train(cfg: TrainConfig, progress: bool = True, ray_address: str | None =
 
     from groundplan.pipelines.tracking import flatten
 
-    train, val, counts, lineage = build_examples(cfg, [p for s in sources for p in s.paths])
+    train, val, counts, lineage = build_examples(cfg, [p for s in sources for p in s.paths], reference)
     log.info("%s: %s", cfg.name, counts)
     run_root = (Path(cfg.output_dir) / cfg.name).resolve()
     run_root.mkdir(parents=True, exist_ok=True)
