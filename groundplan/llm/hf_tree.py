@@ -6,9 +6,10 @@ up the" or "go to the". Packed flat, each option computes its own copy of those 
 trie over the options' token segments: the layout of SpecInfer's tree-based parallel decoding, Miao et
 al., ASPLOS 2024), every distinct prefix is one row; a row attends to the cached context and to its own
 ancestors, at the position its depth gives, so each option's tokens are computed as in a lone
-``context + option`` forward (the same function, not bit-identically: float reduction order), and a row's logits predict
-the next token of every option below it. On six EAI held-out first steps the tree holds 2.77 times fewer rows
-than the flat segments, the kitchen step 1.84 times (SmolLM2's tokenizer; ``benchmarks/bench_option_tree.py``).
+``context + option`` forward (the same function, not bit-identically: float reduction order), and a row's
+logits predict the next token of every option below it. On six EAI held-out first steps the tree holds 2.77
+times fewer rows than the flat segments, the kitchen step 1.84 times (SmolLM2's tokenizer;
+``benchmarks/bench_option_tree.py``).
 """
 from __future__ import annotations
 
