@@ -134,3 +134,14 @@ def test_the_held_out_side_is_every_task_apart_from_the_train_tasks():
     train = disjoint_ids(sample)
     assert set(sample) <= set(held) and not set(held) & set(train)
     assert {load_task(i).name for i in held}.isdisjoint({load_task(i).name for i in train})
+
+
+def test_done_can_gives_done_saycans_constant_and_leaves_every_other_action_to_the_model(eai_can):
+    from groundplan.grounding.saycanpay import LearnedCanPay
+
+    prompt = load_task("124_1").prompt
+    items = [((), "[WALK] <couch>"), (("[WALK] <couch>",), "done"), (("[WALK] <couch>",), "[SIT] <couch>")]
+    own = LearnedCanPay(can_model=str(eai_can), device="cpu").score_sequences(prompt, "", items).can
+    fixed = LearnedCanPay(can_model=str(eai_can), device="cpu", done_can=0.1).score_sequences(prompt, "", items).can
+    assert fixed[1] == 0.1 and own[1] != 0.1
+    assert fixed[[0, 2]].tolist() == own[[0, 2]].tolist()

@@ -89,6 +89,8 @@ class LearnedCanPay(Affordance):
         bs = 1 if one_by_one else self.options.batch_size
         before = sum(m.forward_calls for m in (self.can, self.pay) if m is not None)
         can = self.can.predict(texts, bs) if self.can is not None else np.ones(len(texts))
+        if self.options.done_can is not None:  # SayCan's constant for done (App. C.1), not the model's
+            can = np.where([a == self.options.done_skill for _, a in items], self.options.done_can, can)
         pay = self.pay.predict(texts, bs) if self.pay is not None else np.ones(len(texts))
         after = sum(m.forward_calls for m in (self.can, self.pay) if m is not None)
         return CanPayScores(can=can, pay=pay, forwards=after - before)

@@ -148,6 +148,12 @@ class LearnedCanPayOptions(BaseModel, TrainedModels):
     batch_size: int = Field(256, ge=1, description="Most inputs per forward pass (all k×m candidates of a step "
                             "go through together up to this size).")
     device: str = Field("auto", description="'auto' (GPU when present), 'cpu' or 'cuda[:i]'.")
+    done_can: float | None = Field(None, ge=0.0, le=1.0, description="p_can of the done skill: None (default) "
+                                   "the Can model's own; a value replaces it, e.g. 0.1, SayCan's small constant for "
+                                   "done (App. C.1), which the simulator-precondition affordances give, so that a "
+                                   "SayCan row with the learned Can differs from the oracle row only in the actions' "
+                                   "feasibility.")
+    done_skill: str = Field("done", min_length=1, description="Label of the done skill (for done_can).")
 
     @model_validator(mode="after")
     def _one_model(self) -> "LearnedCanPayOptions":
