@@ -165,7 +165,6 @@ def split_trajectories(trajs: Sequence[Trajectory], val_fraction: float, seed: i
     return [t for g in groups[n_val:] for t in g], [t for g in groups[:n_val] for t in g]
 
 
-
 def split_like(trajs: Sequence[Trajectory], validation_ids: set[str], by: str = "signature",
                source: str = "the reference model") -> tuple[list[Trajectory], list[Trajectory]]:
     """Train/validation split that follows another model's: every task group (:func:`task_groups`) holding
@@ -175,14 +174,15 @@ def split_like(trajs: Sequence[Trajectory], validation_ids: set[str], by: str = 
     two models' validation sets differ and the lineage check refuses the search. Refused when no
     trajectory is of those tasks or every one is."""
     groups = task_groups(trajs, by)
-    val = [g for g in groups if any((t.task_id or t.traj_id) in validation_ids for t in g)]
-    if not val:
+    is_val = [any((t.task_id or t.traj_id) in validation_ids for t in g) for g in groups]
+    if not any(is_val):
         raise InvalidInputError(f"none of the {len(trajs)} trajectories is of a validation task of {source}: "
                                 "the two models read different data")
-    if len(val) == len(groups):
+    if all(is_val):
         raise InvalidInputError(f"every trajectory is of a validation task of {source}: nothing is left to train on")
-    train = [g for g in groups if not any((t.task_id or t.traj_id) in validation_ids for t in g)]
-    return [t for g in train for t in g], [t for g in val for t in g]
+    return ([t for g, v in zip(groups, is_val) if not v for t in g],
+            [t for g, v in zip(groups, is_val) if v for t in g])
+
 
 # ------------------------------------------------------------------------------------ examples
 @dataclass(frozen=True)
