@@ -65,7 +65,7 @@ def reference_lineage(cfg: TrainConfig, tracking_uri: str | None) -> Any:
     from groundplan.llm.loading import is_model_uri, resolve_model_path
 
     path = resolve_model_path(cfg.split_like, tracking_uri) if is_model_uri(cfg.split_like) else cfg.split_like
-    lineage = load_lineage(path, cfg.split_like) if Path(path).is_dir() else None
+    lineage = load_lineage(path, cfg.split_like)
     if lineage is None:
         raise InvalidInputError(f"split_like {cfg.split_like} has no lineage.json, so its validation tasks are unknown")
     return lineage
