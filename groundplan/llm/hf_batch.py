@@ -65,14 +65,14 @@ class BatchScorer:
         body, head = kvc.head()  # type: ignore[misc]
         rows = len(prepared)
         longest = max(pr.past_len for pr in prepared)
-        width = max(self.scorer.pack_rows(pr) for pr in prepared)
+        packs = [self.scorer.pack(pr, list(range(len(pr.plans)))) for pr in prepared]
+        width = max(pack.rows for pack in packs)
         ids = np.zeros((rows, width), dtype=np.int64)
         pos = np.zeros((rows, width), dtype=np.int64)
         allowed = np.zeros((rows, width, longest + width), dtype=bool)
         keep_rows, keep_cols, picks, targets, owners = [], [], [], [], []
         token_lps = [self.scorer.first_token_lps(pr) for pr in prepared]
-        for r, pr in enumerate(prepared):
-            pack = self.scorer.pack(pr, list(range(len(pr.plans))))
+        for r, (pr, pack) in enumerate(zip(prepared, packs)):
             n, base = pack.rows, len(keep_rows)
             ids[r, :n] = pack.ids
             pos[r, :n] = pr.past_len + pack.depth
