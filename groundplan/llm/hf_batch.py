@@ -21,6 +21,7 @@ import torch
 from groundplan.core.errors import InvalidInputError
 from groundplan.llm.base import OptionScore, ScoreRequest
 from groundplan.llm.hf_scoring import PackedScorer, Prepared, option_score
+from groundplan.llm.hf_tree import TreePack
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +56,17 @@ class BatchScorer:
         self.chosen: str | None = {"on": "padded", "off": "loop"}.get(batched_forward)
         self.trial_s: dict[str, list[float]] = {"padded": [], "loop": []}
 
-    def score_padded(self, prepared: list[Prepared]) -> list[list[list[float]]]:
+    def score_padded(self, prepared: list[Prepared], packs: list[TreePack]) -> list[list[list[float]]]:
         """Token log-probs of several requests in one forward: row r = request r's options packed as one
         token tree after its own cached prefix (copied into the row's first ``past_len`` key/value slots;
         the slots up to the longest prefix are padding that no query sees). Each option token sees its own
         request's prefix and its own ancestors in the tree, at the positions a lone forward would use, so
-        each row computes what :meth:`PackedScorer.score_packed` computes for that request."""
+        each row computes what :meth:`PackedScorer.score_packed` computes for that request. ``packs[r]``:
+        request r's options as one tree (:meth:`PackedScorer.pack` of all of them)."""
         kvc, stats = self.scorer.kv, self.scorer.stats
         body, head = kvc.head()  # type: ignore[misc]
         rows = len(prepared)
         longest = max(pr.past_len for pr in prepared)
-        packs = [self.scorer.pack(pr, list(range(len(pr.plans)))) for pr in prepared]
         width = max(pack.rows for pack in packs)
         ids = np.zeros((rows, width), dtype=np.int64)
         pos = np.zeros((rows, width), dtype=np.int64)
@@ -134,13 +135,14 @@ class BatchScorer:
             else:
                 prepared = [scorer.prepare(p, o) for p, o in requests]
                 token_lps: list[list[list[float]]] = [[] for _ in prepared]
-                fits = [r for r, pr in enumerate(prepared) if scorer.pack_rows(pr) <= scorer.kv.max_pack_tokens]
+                packs = [scorer.pack(pr, list(range(len(pr.plans)))) for pr in prepared]
+                fits = [r for r, pack in enumerate(packs) if pack.rows <= scorer.kv.max_pack_tokens]
                 for r in range(len(prepared)):
                     if r not in fits:
                         token_lps[r] = scorer.score_packed(prepared[r])
                 for g in range(0, len(fits), self.max_batch_rows):
                     group = fits[g:g + self.max_batch_rows]
-                    for r, lps in zip(group, self.score_padded([prepared[r] for r in group])):
+                    for r, lps in zip(group, self.score_padded([prepared[r] for r in group], [packs[r] for r in group])):
                         token_lps[r] = lps
                 stats.score_calls += len(prepared)
                 stats.options_scored += sum(len(pr.options) for pr in prepared)

@@ -29,7 +29,7 @@ import torch
 from groundplan.llm.base import OptionScore
 from groundplan.llm.hf_kv import KV, EnginePart
 from groundplan.llm.hf_tokens import OptionPlan
-from groundplan.llm.hf_tree import TreePack, tree_chunks, tree_pack, tree_size
+from groundplan.llm.hf_tree import TreePack, tree_chunks, tree_pack
 
 #: (ids, log-probs) of the most likely tokens at one scored position
 Top = tuple[np.ndarray, np.ndarray]
@@ -144,10 +144,6 @@ class PackedScorer(EnginePart):
         last row too)."""
         return tree_pack([p.segment for p in pr.plans], [p.scored_from for p in pr.plans], chunk, ends,
                          self.share_prefixes)
-
-    def pack_rows(self, pr: Prepared) -> int:
-        """Rows of all of ``pr``'s options packed as one tree."""
-        return tree_size([p.segment for p in pr.plans], self.share_prefixes)
 
     def forward(self, pr: Prepared, pack: TreePack, tail: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Run one pack after the cached context; with ``tail`` > 0 the context's last ``tail`` tokens run

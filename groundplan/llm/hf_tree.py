@@ -48,30 +48,50 @@ def _root(i: int, share: bool) -> int:
     return -1 if share else -2 - i
 
 
-def _rows(segments: Sequence[np.ndarray], chunk: Sequence[int],
-          share: bool = True) -> tuple[list[int], list[int], list[int], list[list[int]]]:
-    """The trie of ``chunk``'s segments (unshared: one branch per option, the flat layout): each row's
-    token, parent row (negative under the context) and depth, and each option's rows along its path, in
-    ``chunk``'s order."""
-    ids: list[int] = []
-    parent: list[int] = []
-    depth: list[int] = []
-    index: dict[tuple[int, int], int] = {}
-    paths: list[list[int]] = []
-    for i in chunk:
-        row, path = _root(i, share), []
-        for token in segments[i]:
-            key = (row, int(token))
-            nxt = index.get(key)
+class _Trie:
+    """Rows keyed by (parent row, token): each row's token, parent (negative: under the context) and depth.
+    Parents precede their children."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.parent: list[int] = []
+        self.depth: list[int] = []
+        self.index: dict[tuple[int, int], int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def shared(self, root: int, tokens: Sequence[int]) -> int:
+        """How many of ``tokens``' leading tokens, below ``root``, are rows already."""
+        row = root
+        for n, token in enumerate(tokens):
+            nxt = self.index.get((row, int(token)))
             if nxt is None:
-                nxt = index[key] = len(ids)
-                ids.append(int(token))
-                parent.append(row)
-                depth.append(depth[row] + 1 if row >= 0 else 0)
+                return n
+            row = nxt
+        return len(tokens)
+
+    def insert(self, root: int, tokens: Sequence[int]) -> list[int]:
+        """The rows along ``tokens``' path below ``root``, adding those that are new."""
+        row, path = root, []
+        for token in tokens:
+            key = (row, int(token))
+            nxt = self.index.get(key)
+            if nxt is None:
+                nxt = self.index[key] = len(self.ids)
+                self.ids.append(int(token))
+                self.parent.append(row)
+                self.depth.append(self.depth[row] + 1 if row >= 0 else 0)
             row = nxt
             path.append(row)
-        paths.append(path)
-    return ids, parent, depth, paths
+        return path
+
+
+def _rows(segments: Sequence[np.ndarray], chunk: Sequence[int], share: bool = True) -> tuple[_Trie, list[list[int]]]:
+    """The trie of ``chunk``'s segments (unshared: one branch per option, the flat layout) and each option's
+    rows along its path, in ``chunk``'s order."""
+    trie = _Trie()
+    return trie, [trie.insert(_root(i, share), segments[i]) for i in chunk]
 
 
 def tree_size(segments: Sequence[np.ndarray], share: bool = True) -> int:
@@ -86,12 +106,12 @@ def tree_pack(segments: Sequence[np.ndarray], scored_from: Sequence[int], chunk:
     The token at segment index j >= 1 is predicted by the row of the prefix ``segment[:j]``; a first own
     token at index 0 is predicted by the context's last logits, which the caller holds. ``share=False``
     packs every option on a branch of its own (the flat layout, as a baseline)."""
-    ids, parent, depth, paths = _rows(segments, chunk, share)
-    q = len(ids)
+    trie, paths = _rows(segments, chunk, share)
+    q = len(trie)
     visible = np.zeros((q, q), dtype=bool)
-    for row in range(q):  # parents precede their children
-        if parent[row] >= 0:
-            visible[row] = visible[parent[row]]
+    for row, parent in enumerate(trie.parent):  # parents precede their children
+        if parent >= 0:
+            visible[row] = visible[parent]
         visible[row, row] = True
     scored: list[tuple[int, int, int]] = []  # (predicting row, target, owner)
     for i, path in zip(chunk, paths):
@@ -101,8 +121,8 @@ def tree_pack(segments: Sequence[np.ndarray], scored_from: Sequence[int], chunk:
     keep = sorted({row for row, _, _ in scored})
     at = {row: k for k, row in enumerate(keep)}
     return TreePack(
-        ids=np.asarray(ids, dtype=np.int64),
-        depth=np.asarray(depth, dtype=np.int64),
+        ids=np.asarray(trie.ids, dtype=np.int64),
+        depth=np.asarray(trie.depth, dtype=np.int64),
         visible=visible,
         keep=keep,
         pick=[at[row] for row, _, _ in scored],
@@ -119,19 +139,13 @@ def tree_chunks(segments: Sequence[np.ndarray], max_rows: int, share: bool = Tru
     tokens = [np.asarray(s).tolist() for s in segments]
     chunks: list[list[int]] = []
     cur: list[int] = []
-    index: dict[tuple[int, int], int] = {}  # (parent row, token) -> row of the current tree
+    trie = _Trie()
     for i in sorted(range(len(tokens)), key=lambda k: tokens[k]):
-        row, matched = _root(i, share), 0
-        for token in tokens[i]:
-            nxt = index.get((row, token))
-            if nxt is None:
-                break
-            row, matched = nxt, matched + 1
-        if cur and len(index) + len(tokens[i]) - matched > max_rows:
+        root = _root(i, share)
+        if cur and len(trie) + len(tokens[i]) - trie.shared(root, tokens[i]) > max_rows:
             chunks.append(cur)
-            cur, index, row, matched = [], {}, _root(i, share), 0
-        for token in tokens[i][matched:]:
-            row = index.setdefault((row, token), len(index))
+            cur, trie = [], _Trie()
+        trie.insert(root, tokens[i])
         cur.append(i)
     if cur:
         chunks.append(cur)
