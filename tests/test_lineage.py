@@ -241,7 +241,7 @@ def test_a_grounding_model_split_like_the_say_model_validates_on_its_validation_
     val = {e.task_id for e in lineage.examples if e.role == "validation"}
     assert val == chosen and counts["val_trajectories"] == sum(t.task_id in chosen for t in trajs) == 4
     assert not val & {e.task_id for e in lineage.examples if e.role == "train"}
-    with pytest.raises(InvalidInputError, match="no lineage.json"):
+    with pytest.raises(InvalidInputError, match="carries no lineage"):
         reference_lineage(cfg.model_copy(update={"split_like": str(tmp_path)}), None)
     stranger = Lineage("models:/say-x/1", [Example("validation", "nowhere", "s", "i")])
     with pytest.raises(InvalidInputError, match="none of the"):

@@ -313,7 +313,7 @@ def test_a_registered_say_model_trains_further_and_keeps_its_bases_lineage(train
     assert all(new[s] == {"train"} for s, r in base.items() if "train" in r)
     bare = tmp_path / "bare"
     bare.mkdir()
-    with pytest.raises(InvalidInputError, match="no lineage.json"):
+    with pytest.raises(InvalidInputError, match="carries no lineage"):
         base_lineage(more, str(bare))
 
 

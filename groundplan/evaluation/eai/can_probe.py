@@ -180,10 +180,10 @@ def write(path: str | Path, rows: Sequence[Mapping[str, Any]], **meta: Any) -> P
 def validation_tasks(folder: str | Path, source: str) -> list[str]:
     """The validation task ids of a trained model (its lineage), sorted; an error if it has none."""
     from groundplan.core.errors import InvalidInputError
-    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.grounding.canpay.lineage import required_lineage
 
-    lineage = load_lineage(folder, source)
-    ids = sorted({e.task_id for e in (lineage.examples if lineage else []) if e.role == "validation"})
+    lineage = required_lineage(folder, source, "its validation tasks are unknown")
+    ids = sorted({e.task_id for e in lineage.examples if e.role == "validation"})
     if not ids:
         raise InvalidInputError(f"{source} carries no validation tasks in its lineage: retrain it with `groundplan train`")
     return ids

@@ -124,6 +124,15 @@ def load_lineage(folder: str | Path, source: str) -> Lineage | None:
     return Lineage.from_json(json.loads(path.read_text()), source)
 
 
+def required_lineage(folder: str | Path, source: str, why: str, error: type[Exception] = InvalidInputError) -> Lineage:
+    """The lineage saved in a model folder; a model without one is refused (``error``), naming ``source``
+    and ``why`` its training tasks must be known."""
+    lineage = load_lineage(folder, source)
+    if lineage is None:
+        raise error(f"{source} carries no lineage (no {LINEAGE_FILE} in its folder), so {why}")
+    return lineage
+
+
 class TrainedModels:
     """Declared by the typed options of an affordance source that loads trained Can/Pay models, so the
     evaluation can read their lineage without building the source."""

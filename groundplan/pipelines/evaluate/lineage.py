@@ -21,10 +21,13 @@ from groundplan.core.types import Task
 from groundplan.envs import ENVS
 from groundplan.envs.base import Env
 from groundplan.envs.splits import instruction_key, visible_signature
-from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, TrainedModels, load_lineage, overlap
+from groundplan.grounding.canpay.lineage import Lineage, PromptExamples, TrainedModels, overlap, required_lineage
 from groundplan.grounding.canpay.views import DEFAULT_VIEW, goal_view
 
 log = logging.getLogger(__name__)
+
+#: why an evaluation refuses a trained model without a lineage
+UNSEEN = "nothing shows that the test set is unseen; retrain it with `groundplan train`"
 
 #: test tasks named in a refusal before the rest are counted
 _SHOWN = 8
@@ -43,12 +46,8 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
 
     def model_lineage(uri: str, tracking_uri: str | None) -> Lineage:
         if (uri, tracking_uri) not in models:
-            lineage = load_lineage(resolve_model_folder(uri, tracking_uri), uri)
-            if lineage is None:
-                raise LineageError(f"model {uri} carries no lineage (it was saved before lineage.json was "
-                                   "logged with each model), so nothing shows that the test set is unseen; "
-                                   "retrain it with `groundplan train`")
-            models[uri, tracking_uri] = lineage
+            models[uri, tracking_uri] = required_lineage(resolve_model_folder(uri, tracking_uri), f"model {uri}",
+                                                         UNSEEN, LineageError)
         return models[uri, tracking_uri]
 
     from groundplan.config import say_model_card
@@ -56,11 +55,7 @@ def planner_lineages(cfg: EvalConfig) -> dict[str, list[Lineage]]:
     card = say_model_card(cfg.llm)  # a fine-tuned Say model: every planner reads through it
     say: list[Lineage] = []
     if card is not None:
-        lineage = load_lineage(card["folder"], f"the Say model {cfg.llm.model}")
-        if lineage is None:
-            raise LineageError(f"the Say model {cfg.llm.model} carries no lineage, so nothing shows that the test set "
-                               "is unseen; retrain it with `groundplan train`")
-        say.append(lineage)
+        say.append(required_lineage(card["folder"], f"the Say model {cfg.llm.model}", UNSEEN, LineageError))
     out: dict[str, list[Lineage]] = {}
     for spec in cfg.planners:
         for variant in spec.variants():

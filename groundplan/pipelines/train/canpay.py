@@ -61,14 +61,11 @@ def reference_lineage(cfg: TrainConfig, tracking_uri: str | None) -> Any:
     data: a reference without one is refused, since its validation tasks would be unknown."""
     if cfg.split_like is None:
         return None
-    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.grounding.canpay.lineage import required_lineage
     from groundplan.llm.loading import is_model_uri, resolve_model_path
 
     path = resolve_model_path(cfg.split_like, tracking_uri) if is_model_uri(cfg.split_like) else cfg.split_like
-    lineage = load_lineage(path, cfg.split_like)
-    if lineage is None:
-        raise InvalidInputError(f"split_like {cfg.split_like} has no lineage.json, so its validation tasks are unknown")
-    return lineage
+    return required_lineage(path, f"split_like {cfg.split_like}", "its validation tasks are unknown")
 
 
 def build_examples(cfg: TrainConfig, paths: list[str] | None = None,

@@ -309,13 +309,10 @@ def base_lineage(cfg: SayTrainConfig, base_path: str) -> Lineage | None:
     without one is refused before any work, since no test could then be checked against the new model."""
     if not is_model_uri(cfg.base_model):
         return None
-    from groundplan.grounding.canpay.lineage import load_lineage
+    from groundplan.grounding.canpay.lineage import required_lineage
 
-    lineage = load_lineage(base_path, cfg.base_model)
-    if lineage is None:
-        raise InvalidInputError(f"base_model {cfg.base_model} has no lineage.json: what it was trained on is "
-                                "unknown, so no test set could be checked against the model trained from it")
-    return lineage
+    return required_lineage(base_path, f"base_model {cfg.base_model}",
+                            "no test set could be checked against the model trained from it")
 
 
 def load_or_build_examples(cfg: SayTrainConfig, run_root: Path, key: str, paths: list[str] | None, progress: bool):
