@@ -7,9 +7,12 @@ action, 125 to 1,038 a task). Each side scores every request of a workload (medi
 a request) in alternating rounds; the flat side is the same engine with ``share_prefixes`` off, each option
 on a branch of its own (the layout before the tree). Prints the rows each side runs, the per-round speedup
 and its 95% interval, and the agreement: the largest |delta log p| of an option and whether every request's
-top option (by sum and by mean) is the same on both sides.
+top option (by sum and by mean) is the same on both sides. ``--backend llamacpp`` runs groundplan's llama.cpp
+backend instead (the same GGUF on llama.cpp's kernels: the tree's rows are batch tokens tagged with every
+sequence id below them, the flat side one forked sequence per option), with ``--threads`` threads.
 
-    python benchmarks/bench_option_tree.py [--eai-tasks 6] [--rounds 5] [--repeats 3] [--dtype auto] [--max-options N]
+    python benchmarks/bench_option_tree.py [--backend hf|llamacpp] [--eai-tasks 6] [--rounds 5] [--repeats 3]
+        [--dtype auto] [--max-options N]
 
 ``--eai-tasks 0`` leaves the EAI workload out; ``--max-options`` keeps each request's first N options (a smoke run).
 
@@ -73,24 +76,31 @@ def run_side(lm, requests: list[Request], share: bool, repeats: int) -> float:
     return total
 
 
-def rows_and_scores(lm, requests: list[Request], share: bool) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
-    """Rows one warm pass runs, and each request's option log-prob sums and means."""
+#: each backend's counter of the option rows its forwards ran
+ROWS_STAT = {"hf": "forward_tokens", "llamacpp": "option_tokens_evaluated"}
+
+
+def rows_and_scores(lm, requests: list[Request], share: bool,
+                    counter: str = "forward_tokens") -> tuple[int, list[np.ndarray], list[np.ndarray]]:
+    """Rows one warm pass runs (the backend's ``counter``), and each request's option log-prob sums and means."""
     lm.share_prefixes = share
     for prompt, options in requests:
         lm.score(prompt, options)
-    before = lm.stats.forward_tokens
+    before = getattr(lm.stats, counter)
     sums, means = [], []
     for prompt, options in requests:
         got = lm.score(prompt, options)
         sums.append(np.array([s.logprob_sum for s in got]))
         means.append(np.array([s.logprob_mean for s in got]))
-    return lm.stats.forward_tokens - before, sums, means
+    return getattr(lm.stats, counter) - before, sums, means
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
-    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--backend", choices=list(ROWS_STAT), default="hf")
+    ap.add_argument("--dtype", default="auto", help="the hf backend's dtype")
+    ap.add_argument("--threads", type=int, default=2, help="the llamacpp backend's n_threads")
     ap.add_argument("--eai-tasks", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=3)
@@ -98,18 +108,23 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     setup_logging()
 
-    lm = build_llm("hf", args.model, {"dtype": args.dtype, "prefix_cache_mb": 4096})
+    if args.backend == "hf":
+        lm = build_llm("hf", args.model, {"dtype": args.dtype, "prefix_cache_mb": 4096})
+        precision = str(lm.model.dtype)
+    else:
+        lm = build_llm("llamacpp", args.model, {"n_threads": args.threads})
+        precision = "GGUF weights"
     workloads: dict[str, list[Request]] = {"kitchen": kitchen_requests()}
     if args.eai_tasks > 0:
         workloads["eai"] = eai_requests(lm, args.eai_tasks)
     workloads = {name: [(p, o[:args.max_options]) for p, o in reqs] for name, reqs in workloads.items()}
-    log.info("model %s, dtype %s, %d torch threads, load average %.2f", args.model, lm.model.dtype,
+    log.info("%s backend, model %s, %s, %d torch threads, load average %.2f", args.backend, args.model, precision,
              torch.get_num_threads(), load_average()[0])
     fields: dict[str, str] = {}
     worst, same_top = 0.0, True
     for name, requests in workloads.items():
-        flat_rows, flat_sum, flat_mean = rows_and_scores(lm, requests, share=False)
-        tree_rows, tree_sum, tree_mean = rows_and_scores(lm, requests, share=True)
+        flat_rows, flat_sum, flat_mean = rows_and_scores(lm, requests, False, ROWS_STAT[args.backend])
+        tree_rows, tree_sum, tree_mean = rows_and_scores(lm, requests, True, ROWS_STAT[args.backend])
         for a, b, am, bm in zip(flat_sum, tree_sum, flat_mean, tree_mean):
             worst = max(worst, float(np.max(np.abs(a - b))))
             same_top &= int(np.argmax(a)) == int(np.argmax(b)) and int(np.argmax(am)) == int(np.argmax(bm))
@@ -131,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     lm.share_prefixes = True
     fields["max_abs_dlogp"] = f"{worst:.2g}"
     fields["top_unchanged"] = str(same_top).lower()
+    fields["backend"] = args.backend
     report(fields)
 
 

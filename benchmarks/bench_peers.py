@@ -29,8 +29,9 @@ copy that groundplan's ``hf`` backend loads), on this machine:
 - ``llamacpp_backend``: groundplan's own optional ``llamacpp`` backend (``LlamaCppLanguageModel.score`` per step,
   :mod:`groundplan.llm.llamacpp_backend`): groundplan's shared-prefix scoring on llama.cpp's Q4_1 kernels through
   llama.cpp's sequence ids and KV copy (the prompt once into sequence 0, reusing the previous step's common
-  prefix, as a user runs it; every option a sequence forked from it, all options in one batch), with llama.cpp's
-  own tokenizer at groundplan's boundary, inside the window; n_threads chosen by a trial as the ``llamacpp`` side's.
+  prefix, as a user runs it; every option a sequence forked from it, the options' token tree in one batch), with
+  llama.cpp's own tokenizer at groundplan's boundary, inside the window; n_threads chosen by a trial as the
+  ``llamacpp`` side's.
 
 The last two compute every option as a full ~1,000-token sequence, tens of seconds per 51-option step on a
 2-core CPU, so they score only ``--slow-options`` options per step: groundplan's top ones at that step (the
@@ -586,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     sides[side] = made[0]
                     settings[side] = (f"groundplan's llamacpp backend, n_threads={made[1]} (fastest of "
                                       f"{args.llamacpp_threads}), prompt once into sequence 0 with prefix reuse, "
-                                      "options as forked sequences in one batch")
+                                      "options as forked sequences, their token tree in one batch")
             elif side == "naive":
                 lm.score_reference(steps[0].prompt, steps[0].options[:1])  # warm-up
                 sides[side] = naive_pass

@@ -44,14 +44,16 @@ def test_a_chunk_packs_only_its_own_options():
     assert pack.rows == 2 and pack.ids.tolist() == [4, 6] and set(pack.owners) == {2}
 
 
+@pytest.mark.parametrize("max_options", [None, 1, 2])
 @pytest.mark.parametrize("max_rows", [1, 3, 4, 7, 100])
-def test_chunks_cover_every_option_once_within_the_row_bound(max_rows):
-    chunks = tree_chunks(SEGMENTS, max_rows)
+def test_chunks_cover_every_option_once_within_the_row_and_option_bounds(max_rows, max_options):
+    chunks = tree_chunks(SEGMENTS, max_rows, max_options=max_options)
     assert sorted(i for c in chunks for i in c) == list(range(len(SEGMENTS)))
     for c in chunks:
         rows = tree_size([SEGMENTS[i] for i in c])
         assert rows <= max_rows or len(c) == 1  # an option longer than the bound is a tree of its own
-    if max_rows >= tree_size(SEGMENTS):
+        assert max_options is None or len(c) <= max_options
+    if max_rows >= tree_size(SEGMENTS) and max_options is None:
         assert len(chunks) == 1
 
 

@@ -73,6 +73,24 @@ def test_forked_sequences_score_as_llamacpp_evaluates_each_option(cpp, prompt, s
     assert np.abs(ours - whole).max() < WHOLE_TOL and np.argmax(ours) == np.argmax(whole)
 
 
+def test_the_token_tree_evaluates_each_shared_prefix_once_and_scores_as_the_flat_batch(cpp):
+    cpp.reset()
+    cpp.score(FEW_SHOT, OPTIONS[:1])
+    ctx, plans, _ = cpp._tokens.split(FEW_SHOT, OPTIONS)
+    counted = {}
+    for share in (False, True):
+        before = cpp.stats.option_tokens_evaluated
+        counted[share] = (score_plans(cpp._kv, ctx, plans, share), cpp.stats.option_tokens_evaluated - before)
+    (flat, flat_rows), (tree, tree_rows) = counted[False], counted[True]
+    assert flat_rows == sum(len(p.segment) - 1 for p in plans)  # the flat batch: every option's own tokens
+    prefixes = {tuple(p.segment[:j]) for p in plans for j in range(1, len(p.segment))}
+    assert tree_rows == len(prefixes) < flat_rows  # " pick up the" and " go to the" once each
+    assert np.abs(np.array([sum(x) for x in flat]) - np.array([sum(x) for x in tree])).max() < SAME_SPLIT_TOL
+    # more options than sequence ids: several trees, the same scores
+    small = load_llm("llamacpp", model="smollm2-135m-instruct", n_ctx=512, n_threads=1, n_seq_max=3)
+    assert np.abs(_sums(small.score(FEW_SHOT, OPTIONS)) - _sums(cpp.score(FEW_SHOT, OPTIONS))).max() < REUSE_TOL
+
+
 def test_agrees_with_the_hf_backend(cpp, lm):
     for prompt, top in ((SHORT, " bring it to you"), (FEW_SHOT, " pick up the apple")):
         cpp.reset()

@@ -85,23 +85,6 @@ def splice_cut(prompt: str, options: Sequence[str]) -> int:
     return cut if cut > 0 and not prompt[cut].isspace() and len(options) > 1 else 0
 
 
-def pack_chunks(sizes: Sequence[int], max_tokens: int, max_items: int | None = None) -> list[list[int]]:
-    """Indices of options with ``sizes`` tokens each, grouped in order into packs of at most ``max_tokens``
-    tokens and ``max_items`` options (an option longer than ``max_tokens`` is a pack of its own)."""
-    chunks: list[list[int]] = []
-    cur: list[int] = []
-    size = 0
-    for i, n in enumerate(sizes):
-        if cur and (size + n > max_tokens or (max_items is not None and len(cur) == max_items)):
-            chunks.append(cur)
-            cur, size = [], 0
-        cur.append(i)
-        size += n
-    if cur:
-        chunks.append(cur)
-    return chunks
-
-
 class BoundaryTokenizer:
     """A transformers tokenizer as the engine uses it: joint ``prompt + option`` encodings split at the
     option boundary, and texts with per-token offsets.

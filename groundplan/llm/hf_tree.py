@@ -132,17 +132,19 @@ def tree_pack(segments: Sequence[np.ndarray], scored_from: Sequence[int], chunk:
     )
 
 
-def tree_chunks(segments: Sequence[np.ndarray], max_rows: int, share: bool = True) -> list[list[int]]:
+def tree_chunks(segments: Sequence[np.ndarray], max_rows: int, share: bool = True,
+                max_options: int | None = None) -> list[list[int]]:
     """Option indices grouped into trees of at most ``max_rows`` rows (an option longer than that is a tree
-    of its own). Options are taken in the order of their token sequences, so those that share a prefix fall
-    into one tree; each chunk lists its options in that order."""
+    of its own) and ``max_options`` options. Options are taken in the order of their token sequences, so
+    those that share a prefix fall into one tree; each chunk lists its options in that order."""
     tokens = [np.asarray(s).tolist() for s in segments]
     chunks: list[list[int]] = []
     cur: list[int] = []
     trie = _Trie()
     for i in sorted(range(len(tokens)), key=lambda k: tokens[k]):
         root = _root(i, share)
-        if cur and len(trie) + len(tokens[i]) - trie.shared(root, tokens[i]) > max_rows:
+        full = max_options is not None and len(cur) == max_options
+        if cur and (full or len(trie) + len(tokens[i]) - trie.shared(root, tokens[i]) > max_rows):
             chunks.append(cur)
             cur, trie = [], _Trie()
         trie.insert(root, tokens[i])

@@ -100,6 +100,8 @@ class LlamaCppLanguageModel:
         self.options = opts
         self.n_threads = opts.n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.stats = LlamaCppStats()
+        #: pack a request's options as a token tree (a shared prefix once); False: the flat layout, a baseline
+        self.share_prefixes = True
         self._lock = threading.RLock()
         self._model = internals.LlamaModel(path_model=str(gguf), params=lib.llama_model_default_params(), verbose=False)
         self._kv = SequenceKV(lib, internals, self._model, opts.n_ctx, opts.n_seq_max, self.n_threads, self.stats)
@@ -112,11 +114,12 @@ class LlamaCppLanguageModel:
     # ------------------------------------------------------------------ scoring
     def score(self, prompt: str, options: Sequence[str]) -> list[OptionScore]:
         """Log-prob of each option after ``prompt``: the prompt once into sequence 0 (its common prefix
-        with the last call's reused), the options as forked sequences in one batch per ``n_seq_max``."""
+        with the last call's reused), the options as forked sequences, one batch (their token tree) per
+        ``n_seq_max``."""
         options = list(options)
         with self._lock:
             ctx, plans, _ = self._tokens.split(prompt, options)
-            token_lps = score_plans(self._kv, ctx, plans)
+            token_lps = score_plans(self._kv, ctx, plans, self.share_prefixes)
             self.stats.score_calls += 1
             self.stats.options_scored += len(options)
         return [option_score(o, lps) for o, lps in zip(options, token_lps)]

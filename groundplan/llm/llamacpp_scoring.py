@@ -3,10 +3,12 @@
 The idea is llama.cpp's own (its parallel-decoding example): one KV cache holds several sequences, a
 sequence can be copied to another id without copying its key/values (with a unified KV cache a copy only
 tags the same cells with a second id), and one ``llama_decode`` batch can mix tokens of different ids, each
-attending only to its own sequence. So the prompt is evaluated once into sequence 0 (keeping the longest
-token prefix sequence 0 already held from the previous call), every option gets its own id sharing the
-prompt's cells, all options' tokens go into one batch with logits requested only where an option token is
-predicted, and the option ids are dropped afterwards. The token rule is groundplan's
+attending only to its own sequence; a batch token may belong to several ids at once. So the prompt is
+evaluated once into sequence 0 (keeping the longest token prefix sequence 0 already held from the previous
+call), every option gets its own id sharing the prompt's cells, and the options go into one batch as a
+token tree (:mod:`groundplan.llm.hf_tree`): a prefix several options share is one batch token tagged with
+all their ids, so it is evaluated once, with logits requested only where an option token is predicted; the
+option ids are dropped afterwards. The token rule is groundplan's
 (:mod:`groundplan.llm.hf_tokens`): an option's tokens are those of ``prompt + option`` whose byte span ends
 past the prompt, conditioned on the joint encoding's own prompt tokens.
 
@@ -22,7 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from groundplan.core.errors import InfrastructureError, InvalidInputError
-from groundplan.llm.hf_tokens import OptionPlan, pack_chunks, splice_cut, split_at_boundary
+from groundplan.llm.hf_tokens import OptionPlan, splice_cut, split_at_boundary
+from groundplan.llm.hf_tree import tree_chunks, tree_pack
 
 
 @dataclass
@@ -35,6 +38,8 @@ class LlamaCppStats:
     prompt_tokens_evaluated: int = 0
     splice_fallbacks: int = 0
     decode_calls: int = 0
+    #: option tokens evaluated in the batches after the prompt (token-tree rows)
+    option_tokens_evaluated: int = 0
 
 
 def log_softmax_at(rows: np.ndarray, targets: Sequence[int]) -> list[float]:
@@ -116,7 +121,7 @@ class SequenceKV:
         params.n_threads = params.n_threads_batch = n_threads
         self.lib, self.stats = lib, stats
         self.ctx = internals.LlamaContext(model=model, params=params, verbose=False)
-        self.batch = internals.LlamaBatch(n_tokens=n_ctx, embd=0, n_seq_max=1, verbose=False)
+        self.batch = internals.LlamaBatch(n_tokens=n_ctx, embd=0, n_seq_max=n_seq_max, verbose=False)
         self.n_ctx, self.n_seq_max, self.n_vocab = n_ctx, n_seq_max, model.n_vocab()
         self.cached: list[int] = []  # the tokens sequence 0 holds, at positions 0..
 
@@ -125,13 +130,17 @@ class SequenceKV:
         self.lib.llama_memory_clear(self.ctx.memory, True)
         self.cached = []
 
-    def decode(self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[int], wanted: Sequence[bool]) -> np.ndarray:
-        """Evaluate one batch; the logits of the ``wanted`` tokens, in batch order, as a view valid only
-        until the next decode (read it at once)."""
+    def decode(self, tokens: Sequence[int], pos: Sequence[int], seqs: Sequence[int | Sequence[int]],
+               wanted: Sequence[bool]) -> np.ndarray:
+        """Evaluate one batch (a token's ``seqs`` entry: its sequence id, or the ids it belongs to); the
+        logits of the ``wanted`` tokens, in batch order, as a view valid only until the next decode (read
+        it at once)."""
         b = self.batch.batch
         for i, (t, p, s, w) in enumerate(zip(tokens, pos, seqs, wanted)):
-            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, p, 1, w
-            b.seq_id[i][0] = s
+            ids = (s,) if isinstance(s, (int, np.integer)) else s
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = t, p, len(ids), w
+            for k, sid in enumerate(ids):
+                b.seq_id[i][k] = sid
         b.n_tokens = len(tokens)
         rc = self.lib.llama_decode(self.ctx.ctx, b)
         self.stats.decode_calls += 1
@@ -186,41 +195,35 @@ class SequenceKV:
             self.lib.llama_memory_seq_rm(self.ctx.memory, s, -1, -1)
 
 
-def option_chunks(plans: Sequence[OptionPlan], n_seq_max: int, budget: int) -> list[list[int]]:
-    """Option indices grouped into decode batches of at most ``n_seq_max`` options and ``budget`` tokens (an
-    option's last token is never evaluated)."""
-    sizes = [max(len(p.segment) - 1, 0) for p in plans]
-    if sizes and max(sizes) > budget:
-        raise InvalidInputError(f"an option needs {max(sizes)} tokens after the prompt; n_ctx leaves {budget}")
-    return pack_chunks(sizes, budget, n_seq_max)
-
-
-def score_plans(kv: SequenceKV, ctx: Sequence[int], plans: Sequence[OptionPlan]) -> list[list[float]]:
-    """Token log-probs of every option: the context once into sequence 0, then each chunk of options as
-    forked sequences in one batch, positions continuing after the context. An option's last token is
-    never evaluated (nothing reads its logits); its first is read from the context's last logits."""
+def score_plans(kv: SequenceKV, ctx: Sequence[int], plans: Sequence[OptionPlan], share: bool = True) -> list[list[float]]:
+    """Token log-probs of every option: the context once into sequence 0, then each chunk of options (at
+    most ``n_seq_max``) as forked sequences in one batch holding their token tree, positions continuing
+    after the context. A tree row is evaluated only where a read row attends to it (an option's last token
+    is not, unless it begins another option); an option's first token is read from the context's last
+    logits. ``share=False`` gives each option a branch of its own (the flat layout)."""
     last = kv.prompt(ctx)
     top = last.max()
     lse_last = float(top + np.log(np.exp(last - top).sum()))
     lps = [[float(last[p.segment[0]]) - lse_last] if p.scored_from == 0 else [] for p in plans]
-    past = len(ctx)
-    for chunk in option_chunks(plans, kv.n_seq_max, kv.n_ctx - past):
+    past, budget = len(ctx), kv.n_ctx - len(ctx)
+    segments, scored_from = [p.segment for p in plans], [p.scored_from for p in plans]
+    longest = max((len(s) - 1 for s in segments), default=0)
+    if longest > budget:
+        raise InvalidInputError(f"an option needs {longest} tokens after the prompt; n_ctx leaves {budget}")
+    for chunk in tree_chunks(segments, budget, share, kv.n_seq_max):
+        pack = tree_pack(segments, scored_from, chunk, ends=True, share=share)
+        if not pack.keep:
+            continue
+        rows = np.flatnonzero(pack.visible[pack.keep].any(axis=0))  # the read rows and their ancestors
+        on_path = pack.visible[pack.ends][:, rows]  # [option of the chunk, row]: the row lies on its path
         ids = kv.fork(len(chunk))
+        kv.stats.option_tokens_evaluated += len(rows)
         try:
-            tokens, pos, seqs, wanted, targets, owners = [], [], [], [], [], []
-            for s, i in zip(ids, chunk):
-                seg, s0 = plans[i].segment, plans[i].scored_from
-                for j in range(len(seg) - 1):
-                    tokens.append(seg[j])
-                    pos.append(past + j)
-                    seqs.append(s)
-                    wanted.append(j + 1 >= max(s0, 1))
-                    if wanted[-1]:
-                        targets.append(seg[j + 1])
-                        owners.append(i)
-            if tokens:
-                for owner, value in zip(owners, log_softmax_at(kv.decode(tokens, pos, seqs, wanted), targets)):
-                    lps[owner].append(value)
+            seqs = [[ids[k] for k in np.flatnonzero(col)] for col in on_path.T]
+            wanted = np.isin(rows, pack.keep)  # ascending, as ``keep``: the logits come back in its order
+            logits = kv.decode(pack.ids[rows].tolist(), (past + pack.depth[rows]).tolist(), seqs, wanted.tolist())
+            for owner, value in zip(pack.owners, log_softmax_at(logits[pack.pick], pack.targets)):
+                lps[owner].append(value)
         finally:
             kv.drop(ids)
     return lps
