@@ -48,11 +48,19 @@ groundplan's, and the largest |log-prob sum difference| from groundplan's over e
 ``ratio_llamacpp_backend_vs_llamacpp`` is the other way round: the ``llamacpp_backend`` side's options/s over the
 ``llamacpp`` side's, per round (how much groundplan's scoring idea gains on the same llama.cpp kernels).
 
+What stops groundplan short of its target (3x the fastest peer) is stated from the work itself: its forwards'
+FLOPs in a window are counted by :class:`benchmarks.flops.ForwardClock` (linear layers by the rows each runs,
+attention dense over the mask), and square matmuls are timed after the rounds in float32 and bfloat16. The
+result line says what share of the float32 peak groundplan ran at (``gp_peak_fraction``), and what share of each
+peak the same FLOPs would need to run in a third of the fastest peer's time (``target_peak_fraction``,
+``target_peak_fraction_bfloat16``): above 1, no kernel of that precision reaches the target without less work.
+
     python benchmarks/bench_peers.py [--steps 20] [--rounds 2] [--slow-options 4] [--sides ...]
 
 Last line: ``result: ratio_llamacpp=<x> ratio_lmeval=<x> ratio_naive=<x> same_top=<side:k/n,...>
-cpu_flags=<flags> ratio_llamacpp_backend=<x> ratio_llamacpp_backend_vs_llamacpp=<x>`` (``na`` for a side that
-did not run).
+cpu_flags=<flags> ratio_llamacpp_backend=<x> ratio_llamacpp_backend_vs_llamacpp=<x> fastest_peer=<side>
+gp_peak_fraction=<x> floor_s=<s> target_s=<s> target_peak_fraction=<x> target_peak_fraction_bfloat16=<x>`` (``na``
+for a side that did not run; the last six only when a peer ran).
 """
 from __future__ import annotations
 
@@ -72,6 +80,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the benchmarks.* helpers, when run as `python benchmarks/<name>.py`
+from benchmarks.flops import ForwardClock, matmul_flops  # noqa: E402
 from benchmarks.harness import alternating, log_interval, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("bench_peers")
@@ -89,6 +98,8 @@ TRIAL_TOKENS = 256
 TRIAL_CHARS = 1000
 STEPS_FILE = ROOT / "outputs" / "bench_peers" / "steps.json"
 STEPS_FORMAT = 1
+#: groundplan's target: this many times the fastest peer's options/s
+TARGET = 3.0
 
 
 # ------------------------------------------------------------------ the work: recorded kitchen steps
@@ -244,6 +255,22 @@ def result_fields(ratios: dict[str, float | None], agreements: dict[str, Agreeme
     fields["cpu_flags"] = ",".join(flags) or "none"
     for key in [p for p in PEERS if p not in FIRST_PEERS] + ["llamacpp_backend_vs_llamacpp"]:
         fields[f"ratio_{key}"] = fmt(key)
+    return fields
+
+
+def target_work(flops: float, groundplan_s: float, fastest_s: float, peaks: dict[str, float],
+                target: float = TARGET) -> dict[str, str]:
+    """How hard the target is, from the work groundplan's window did: ``flops`` (its forwards' FLOPs,
+    :class:`benchmarks.flops.ForwardClock`) in ``groundplan_s`` seconds, while the fastest peer took
+    ``fastest_s`` for the same options. ``gp_peak_fraction`` is the share of the float32 matmul peak
+    groundplan ran at; ``target_peak_fraction[_<dtype>]`` the share of each dtype's peak that the same FLOPs
+    would need to take ``fastest_s / target`` seconds. Above 1, no kernel of that precision reaches the target
+    without doing less work; ``floor_s`` is the window's time at the float32 peak."""
+    fields = {"gp_peak_fraction": f"{flops / groundplan_s / peaks['float32']:.2f}",
+              "floor_s": f"{flops / peaks['float32']:.2f}", "target_s": f"{fastest_s / target:.2f}"}
+    for dtype, peak in peaks.items():
+        key = "target_peak_fraction" + ("" if dtype == "float32" else f"_{dtype}")
+        fields[key] = f"{flops / (fastest_s / target) / peak:.2f}"
     return fields
 
 
@@ -558,8 +585,14 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"each; prompts {min(lengths)}-{max(lengths)} tokens (mean {np.mean(lengths):.0f}); lmeval and naive score "
           f"groundplan's top {k} per step")
 
+    clock = ForwardClock(lm.model)
+    gp_flops: list[float] = []
+
     def gp_pass() -> Window:
-        return timed_pass(steps, lm.cache.clear, lambda s: [x.logprob_sum for x in lm.score(s.prompt, s.options)])
+        clock.reset()
+        window = timed_pass(steps, lm.cache.clear, lambda s: [x.logprob_sum for x in lm.score(s.prompt, s.options)])
+        gp_flops.append(clock.flops)
+        return window
 
     subset_of = {id(s): sub for s, sub in zip(steps, subsets)}
 
@@ -626,7 +659,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"llamacpp_backend over llamacpp (same kernels, groundplan's scoring): {ratio:.3g}x ({lo:.3g}-{hi:.3g}) "
               f"per round {','.join(f'{b.rate / p.rate:.3g}' for b, p in zip(runs['llamacpp_backend'], runs['llamacpp']))}")
     log.info("rates are geometric means over %d rounds; ratio = groundplan options/s over the side's, per round", args.rounds)
-    report(result_fields(ratios, agreements, flags))
+    fields = result_fields(ratios, agreements, flags)
+    peers = {p: r for p, r in ratios.items() if p in PEERS and r is not None}
+    if peers:
+        fastest = min(peers, key=peers.get)
+        peaks = {"float32": matmul_flops(torch.float32, "cpu"), "bfloat16": matmul_flops(torch.bfloat16, "cpu")}
+        gp_s = float(np.exp(np.mean([math.log(w.seconds) for w in runs["groundplan"]])))
+        work = target_work(float(np.median(gp_flops)), gp_s, gp_s * peers[fastest], peaks)
+        print(f"work: groundplan's window ran {np.median(gp_flops) / 1e9:.0f} GFLOP (linear + attention) in {gp_s:.2f} s, "
+              f"{work['gp_peak_fraction']} of the {peaks['float32'] / 1e9:.0f} GFLOP/s float32 matmul peak "
+              f"({work['floor_s']} s at the peak); {TARGET:g}x the fastest peer ({fastest}) means {work['target_s']} s: "
+              f"{work['target_peak_fraction']} of the float32 peak, {work['target_peak_fraction_bfloat16']} of the "
+              f"{peaks['bfloat16'] / 1e9:.0f} GFLOP/s bfloat16 peak")
+        fields.update(fastest_peer=fastest, **work)
+    report(fields)
 
 
 if __name__ == "__main__":

@@ -22,25 +22,9 @@ from groundplan.llm.hf import HFLanguageModel
 from groundplan.planners.saycan import load_prompt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.harness, when run as a script
+from benchmarks.flops import matmul_flops  # noqa: E402
 from benchmarks.harness import report  # noqa: E402
 from benchmarks.harness import timed as harness_timed  # noqa: E402
-
-
-def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
-    """Best sustained FLOP/s of a square matmul on this machine (the 'FLOP limit')."""
-    best = 0.0
-    for n in (512, 1024, 2048):
-        a = torch.randn(n, n, dtype=dtype, device=device)
-        b = torch.randn(n, n, dtype=dtype, device=device)
-        a @ b
-        reps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds / 3:
-            a @ b
-            reps += 1
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
-    return best
 
 
 def timed(fn, repeats: int) -> float:

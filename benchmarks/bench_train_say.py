@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
-from benchmarks.bench_scoring import matmul_flops  # noqa: E402
+from benchmarks.flops import matmul_flops  # noqa: E402
 from benchmarks.harness import alternating, log_interval, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("benchmarks.train_say")

@@ -9,14 +9,20 @@ rows of the options' forward). For each, per step:
 
 - wall time, and the time inside the model's forwards (a forward hook pair), so ``overhead`` = the share of
   the step outside them: tokenising, cache lookups and copies, masks, log-softmax, Python;
-- ``peak_fraction`` = 2 x parameters x tokens run / step time / the machine's matmul peak (the measure
-  ``bench_scoring.py`` reports, square float32 matmuls timed here in the same process);
+- ``peak_fraction`` = the linear layers' FLOPs / step time / the machine's matmul peak (square matmuls of
+  the model's dtype timed here in the same process). The FLOPs are :class:`benchmarks.flops.ForwardClock`'s:
+  2 x the body's parameters x input rows + 2 x the head's x the rows whose logits are computed. Runs before
+  2026-12-06 counted 2 x all parameters x input rows, which over-counts the head on rows without logits;
 - ``attention_share``: the FLOPs of the attention products (4 x query rows x key columns x head_dim x heads x
-  layers, dense over the mask, as the kernel computes them), over the linear layers' 2 x parameters x tokens:
-  the work the parameter count does not see, which grows with the cached prompt's length;
+  layers, dense over the mask, as the kernel computes them), over the linear layers': the work the
+  parameter count does not see, which grows with the cached prompt's length;
 - ``peak_fraction_all`` = (linear + attention FLOPs) / step time / peak.
 
-    python benchmarks/profile_warm_step.py [--rounds 6] [--threads N]
+With ``--ops N``, one more warm step of the one-forward setting runs under ``torch.profiler`` (the previous
+step cached outside it) and its ``N`` costliest operators (self CPU time) are logged: which kernels the step's
+time goes to.
+
+    python benchmarks/profile_warm_step.py [--rounds 6] [--threads N] [--ops 12]
 
 Last line: ``result: warm_ms_two=... warm_ms_one=... speedup=... overhead_two=... overhead_one=...
 peak_fraction_two=... peak_fraction_one=... attention_share=... peak_fraction_all_one=... max_abs_diff=...``
@@ -29,42 +35,31 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks.*, when run as `python benchmarks/<name>.py`
-from benchmarks.bench_scoring import matmul_flops  # noqa: E402
+from benchmarks.flops import ForwardClock, matmul_flops  # noqa: E402
 from benchmarks.harness import alternating, log_interval, report, setup_logging  # noqa: E402
 
 log = logging.getLogger("profile_warm_step")
 
 
-class ForwardClock:
-    """Wall time spent inside the model's forwards, and the query rows and key columns of each."""
+def log_operators(step: Callable[[], object], top: int) -> None:
+    """Run ``step`` once under ``torch.profiler`` and log its ``top`` costliest operators by self CPU time,
+    each with its share of the profiled total."""
+    from torch.profiler import ProfilerActivity, profile
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.seconds, self.forwards, self.tokens, self.attention = 0.0, 0, 0, 0
-        self._t0 = 0.0
-        model.register_forward_pre_hook(self._start, with_kwargs=True)
-        model.register_forward_hook(self._stop)
-
-    def reset(self) -> None:
-        self.seconds, self.forwards, self.tokens, self.attention = 0.0, 0, 0, 0
-
-    def _start(self, module: Any, args: tuple, kwargs: dict) -> None:
-        ids = kwargs.get("input_ids")
-        cache = kwargs.get("past_key_values")
-        q = int(ids.shape[-1]) if ids is not None else 0
-        past = int(cache.get_seq_length()) if cache is not None else 0
-        self.tokens += q
-        self.attention += q * (past + q)  # query rows x key columns of this forward
-        self._t0 = time.perf_counter()
-
-    def _stop(self, module: Any, args: tuple, out: Any) -> None:
-        self.seconds += time.perf_counter() - self._t0
-        self.forwards += 1
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops) or 1.0
+    log.info("one warm step under torch.profiler: %.0f ms of operator self time", total / 1e3)
+    for e in ops[:top]:
+        log.info("  %-52s %8.1f ms %5.1f%%  %5d calls", e.key, e.self_cpu_time_total / 1e3,
+                 100 * e.self_cpu_time_total / total, e.count)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -72,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    ap.add_argument("--ops", type=int, default=0, help="log this many of the costliest operators of one step")
     args = ap.parse_args(argv)
     setup_logging()
     if args.threads:
@@ -83,9 +79,6 @@ def main(argv: list[str] | None = None) -> None:
 
     lm = HFLanguageModel(args.model)
     scorer = lm._scorer
-    cfg = lm.model.config.get_text_config(decoder=True)
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     params = lm.num_parameters
     options = [" " + s for s in SKILLS]
     step1 = load_prompt("saycan_kitchen") + "Human: How would you bring me a coke can?\nRobot: 1."
@@ -96,17 +89,19 @@ def main(argv: list[str] | None = None) -> None:
     clock = ForwardClock(lm.model)
     scores: dict[bool, list[float]] = {}
 
-    def warm_step(fuse: bool) -> dict[str, float]:
+    def previous_step(fuse: bool) -> None:
         scorer.fuse_tail = fuse
         lm.cache.clear()
         lm.score(step1, options)  # the previous step, cached
+
+    def warm_step(fuse: bool) -> dict[str, float]:
+        previous_step(fuse)
         clock.reset()
         t0 = time.perf_counter()
         got = lm.score(step2, options)
         wall = time.perf_counter() - t0
         scores[fuse] = [s.logprob_sum for s in got]
-        linear = 2 * params * clock.tokens
-        attention = 4 * clock.attention * head_dim * heads * cfg.num_hidden_layers
+        linear, attention = clock.linear_flops, clock.attention_flops
         return {"wall": wall, "forward": clock.seconds, "forwards": clock.forwards, "tokens": clock.tokens,
                 "linear": linear, "attention": attention}
 
@@ -130,6 +125,9 @@ def main(argv: list[str] | None = None) -> None:
     diff = max(abs(a - b) for a, b in zip(scores[False], scores[True]))
     log.info("one forward per step: %.2fx faster (95%% CI %.2f-%.2f); largest |log p| difference %.2g", ratio, lo,
              hi, diff)
+    if args.ops:
+        previous_step(True)
+        log_operators(lambda: lm.score(step2, options), args.ops)
     two, one = out["two_forwards"], out["one_forward"]
     report({"warm_ms_two": f"{two['wall'] * 1e3:.0f}", "warm_ms_one": f"{one['wall'] * 1e3:.0f}",
             "speedup": f"{ratio:.2f}", "overhead_two": f"{two['overhead']:.3f}", "overhead_one": f"{one['overhead']:.3f}",

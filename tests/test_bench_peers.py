@@ -1,5 +1,6 @@
 """bench_peers: its pure pieces on tiny fake data (no model): steps read back from traces and their file, the
-slow sides' option subset, the ratio interval, the agreement check, the CPU flags and the result line."""
+slow sides' option subset, the ratio interval, the agreement check, the CPU flags, the result line and the target's
+share of the peak; then one end-to-end run on two tiny steps with the embedded model against the naive side."""
 from __future__ import annotations
 
 import math
@@ -105,3 +106,30 @@ def test_timed_pass_resets_then_scores_every_step(bench):
     steps = [bench.Step("e", k, f"p{k}", [" a", " b"]) for k in range(3)]
     w = bench.timed_pass(steps, lambda: calls.append("reset"), lambda s: calls.append(s.prompt) or [-1.0, -2.0])
     assert calls == ["reset", "p0", "p1", "p2"] and w.options == 6 and w.seconds > 0 and w.rate == 6 / w.seconds
+
+
+def test_target_work_is_the_peak_share_the_target_would_need(bench):
+    # 100 GFLOP in 2 s against a 200 GFLOP/s peak: 0.25 of it; the fastest peer takes 3 s, so 3x it means 1 s,
+    # which needs 100 GFLOP/s: half the float32 peak, a fifth of a 500 GFLOP/s bfloat16 peak
+    got = bench.target_work(100e9, 2.0, 3.0, {"float32": 200e9, "bfloat16": 500e9})
+    assert got == {"gp_peak_fraction": "0.25", "floor_s": "0.50", "target_s": "1.00",
+                   "target_peak_fraction": "0.50", "target_peak_fraction_bfloat16": "0.20"}
+    # a target past the float32 peak reads above 1
+    assert bench.target_work(100e9, 2.0, 0.9, {"float32": 200e9})["target_peak_fraction"] == "1.67"
+
+
+def test_two_tiny_steps_against_the_naive_side_give_the_result_line_and_the_work(bench, tmp_path, capsys):
+    steps = tmp_path / "steps.json"
+    prompt = "Human: bring me a coke can\nRobot: 1."
+    options = [" find a coke can", " done", " go to the table"]
+    bench.save_steps(steps, [bench.Step("e0", 0, prompt, options), bench.Step("e0", 1, prompt + " find a coke can, 2.",
+                                                                              options)], {"model": "smollm2-135m-instruct"})
+    bench.main(["--steps-file", str(steps), "--steps", "2", "--rounds", "1", "--slow-options", "3", "--sides", "naive",
+                "--torch-threads", "1", "--trial-options", "2"])
+    out = capsys.readouterr().out.strip().splitlines()
+    fields = dict(kv.split("=", 1) for kv in out[-1].removeprefix("result: ").split())
+    assert fields["ratio_naive"] != "na" and fields["same_top"] == "naive:2/2" and fields["fastest_peer"] == "naive"
+    # the work line: the FLOPs were counted and set against both peaks
+    assert any(line.startswith("work: groundplan's window ran") for line in out)
+    assert 0 < float(fields["gp_peak_fraction"]) and 0 < float(fields["floor_s"])
+    assert float(fields["target_peak_fraction"]) > 0 and float(fields["target_peak_fraction_bfloat16"]) > 0

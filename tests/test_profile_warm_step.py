@@ -1,5 +1,6 @@
 """profile_warm_step end to end with the embedded model: both engine settings run, the one-forward step runs one
-forward where the other runs two, their scores agree, and the last line names every figure."""
+forward where the other runs two, their scores agree, the operator table is logged, and the last line names every
+figure."""
 from __future__ import annotations
 
 import logging
@@ -11,7 +12,7 @@ import pytest
 def test_two_rounds_give_the_result_line(load_benchmark, capsys, caplog):
     bench = load_benchmark("profile_warm_step")
     with caplog.at_level(logging.INFO, logger="profile_warm_step"):
-        bench.main(["--rounds", "2"])
+        bench.main(["--rounds", "2", "--ops", "3"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     fields = dict(kv.split("=") for kv in last.removeprefix("result: ").split())
     assert last.startswith("result: ") and set(fields) == {
@@ -21,3 +22,5 @@ def test_two_rounds_give_the_result_line(load_benchmark, capsys, caplog):
     assert 0 <= float(fields["overhead_one"]) < 1 and float(fields["attention_share"]) > 0
     lines = {r.getMessage().split(":")[0]: r.getMessage() for r in caplog.records}
     assert "2 forward(s)" in lines["two_forwards"] and "1 forward(s)" in lines["one_forward"]
+    ops = [r.getMessage() for r in caplog.records if r.getMessage().lstrip().startswith("aten::")]
+    assert len(ops) == 3 and any("aten::mm" in op or "aten::addmm" in op for op in ops)  # the operator table
