@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
+from benchmarks.flops import model_shape  # noqa: E402
 from benchmarks.harness import data_file_args, load_average, report, setup_logging  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,19 +77,6 @@ def prompt_of(tokenizer: Any, n_tokens: int) -> str:
         ids += tokenizer(base, add_special_tokens=False)["input_ids"]
     body = tokenizer.decode(ids[:n_tokens - len(tokenizer(tail, add_special_tokens=False)["input_ids"])])
     return body + tail
-
-
-def model_shape(model: Any) -> dict[str, int]:
-    """What the FLOP count needs: decoder weights (without the embedding and the LM head), layers, attention
-    width and vocabulary."""
-    cfg = model.config.get_text_config(decoder=True)
-    embed = model.get_input_embeddings().weight.numel()
-    head = model.get_output_embeddings().weight
-    tied = head.data_ptr() == model.get_input_embeddings().weight.data_ptr()
-    body = sum(p.numel() for p in model.parameters()) - embed - (0 if tied else head.numel())
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return {"body": int(body), "layers": int(cfg.num_hidden_layers), "attn": int(cfg.num_attention_heads * head_dim),
-            "hidden": int(cfg.hidden_size), "vocab": int(cfg.vocab_size)}
 
 
 def flops(shape: dict[str, int], context: int, segments: Sequence[int], cold: bool) -> float:

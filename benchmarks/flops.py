@@ -36,6 +36,19 @@ def matmul_flops(dtype: torch.dtype, device: str, seconds: float = 2.0) -> float
     return best
 
 
+def model_shape(model: Any) -> dict[str, int]:
+    """What a FLOP count needs: the decoder's weights without the embedding and the LM head (``body``), layers,
+    attention width (heads x head_dim), hidden size and vocabulary."""
+    cfg = model.config.get_text_config(decoder=True)
+    embed = model.get_input_embeddings().weight.numel()
+    head = model.get_output_embeddings().weight
+    tied = head.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    body = sum(p.numel() for p in model.parameters()) - embed - (0 if tied else head.numel())
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return {"body": int(body), "layers": int(cfg.num_hidden_layers), "attn": int(cfg.num_attention_heads * head_dim),
+            "hidden": int(cfg.hidden_size), "vocab": int(cfg.vocab_size)}
+
+
 def logit_rows(logits_to_keep: Any, rows: int) -> int:
     """How many of a forward's ``rows`` get logits: transformers' ``logits_to_keep`` is 0 (all), a count of
     last rows, or the row indices."""
@@ -51,15 +64,9 @@ class ForwardClock:
     (query rows x key columns), and the FLOPs those come to for this model."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        cfg = model.config.get_text_config(decoder=True)
-        self.heads = cfg.num_attention_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
-        self.layers = cfg.num_hidden_layers
-        emb = model.get_input_embeddings().weight
-        head = model.get_output_embeddings().weight
-        total = sum(p.numel() for p in model.parameters())  # a tied head is counted once
-        self.head_params = head.numel()
-        self.body_params = total - emb.numel() - (0 if head is emb else head.numel())
+        self.shape = model_shape(model)
+        self.body_params = self.shape["body"]
+        self.head_params = self.shape["hidden"] * self.shape["vocab"]
         self.reset()
         self._t0 = 0.0
         model.register_forward_pre_hook(self._start, with_kwargs=True)
@@ -75,7 +82,7 @@ class ForwardClock:
 
     @property
     def attention_flops(self) -> float:
-        return 4.0 * self.attention * self.head_dim * self.heads * self.layers
+        return 4.0 * self.attention * self.shape["attn"] * self.shape["layers"]
 
     @property
     def flops(self) -> float:
