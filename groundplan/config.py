@@ -157,6 +157,10 @@ class LLMSpec(_Strict):
         return self
 
 
+#: a planner grid key that searches an affordance option rather than a planner option
+AFFORDANCE_GRID_PREFIX = "affordance."
+
+
 class PlannerSpec(_Strict):
     name: str = Field("saycan", description="registered planner name")
     label: str | None = Field(None, description="name shown in tables (defaults to `name`)")
@@ -167,7 +171,8 @@ class PlannerSpec(_Strict):
         default_factory=dict,
         description="planner options to search, each with its values: the sweep runs one variant per "
         "combination, labelled '<label> [key=value ...]', and reports the best by the config's `select_by` "
-        "(Zero-Shot Planners, Sec. 3.5 and A.1: every method gets its own hyperparameter search)",
+        "(Zero-Shot Planners, Sec. 3.5 and A.1: every method gets its own hyperparameter search); a key "
+        f"'{AFFORDANCE_GRID_PREFIX}<option>' searches an affordance option instead (e.g. 'affordance.done_can')",
     )
     group: str | None = Field(None, description="set on the variants a grid expands to: the label of that grid")
 
@@ -177,12 +182,13 @@ class PlannerSpec(_Strict):
         from groundplan.planners import PLANNERS
 
         for variant in self.variants():
-            _typed_options(PLANNERS, self.name, variant.options, f"planner '{variant.label or variant.name}' options")
-        if self.affordance is not None:
-            _typed_options(AFFORDANCES, self.affordance, self.affordance_options,
-                           f"planner '{self.display}' affordance '{self.affordance}' options")
-        elif self.affordance_options:
-            raise ValueError(f"planner '{self.display}' has affordance_options but no affordance")
+            where = f"planner '{variant.label or variant.name}'"
+            _typed_options(PLANNERS, self.name, variant.options, f"{where} options")
+            if self.affordance is not None:
+                _typed_options(AFFORDANCES, self.affordance, variant.affordance_options,
+                               f"{where} affordance '{self.affordance}' options")
+            elif variant.affordance_options:
+                raise ValueError(f"{where} has affordance options but no affordance")
         return self
 
     @property
@@ -234,8 +240,9 @@ class PlannerSpec(_Strict):
 
     def variants(self) -> list["PlannerSpec"]:
         """This planner, or one planner per combination of its grid's values (grid keys override
-        ``options``), labelled ``<label> [key=value ...]``; :attr:`display` appends the oracles the variant
-        reads after the brackets, once."""
+        ``options``; keys ``affordance.<option>`` override ``affordance_options``), labelled
+        ``<label> [key=value ...]``; :attr:`display` appends the oracles the variant reads after the brackets,
+        once."""
         if not self.grid:
             return [self]
         keys = list(self.grid)
@@ -243,8 +250,12 @@ class PlannerSpec(_Strict):
         for values in itertools.product(*(self.grid[k] for k in keys)):
             chosen = dict(zip(keys, values))
             label = f"{self.label or self.name} [" + " ".join(f"{k}={v}" for k, v in chosen.items()) + "]"
-            out.append(self.model_copy(update={"options": {**self.options, **chosen}, "label": label, "grid": {},
-                                               "group": self.display}))
+            planner = {k: v for k, v in chosen.items() if not k.startswith(AFFORDANCE_GRID_PREFIX)}
+            grounding = {k.removeprefix(AFFORDANCE_GRID_PREFIX): v for k, v in chosen.items()
+                         if k.startswith(AFFORDANCE_GRID_PREFIX)}
+            out.append(self.model_copy(update={"options": {**self.options, **planner},
+                                               "affordance_options": {**self.affordance_options, **grounding},
+                                               "label": label, "grid": {}, "group": self.display}))
         return out
 
 

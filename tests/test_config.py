@@ -247,3 +247,21 @@ def test_shipped_collect_configs_validate(path):
     rt = cfg.runtime
     assert cfg.splits and (rt.executor, rt.workers, rt.worker_cpus, rt.max_episode_retries, rt.mlflow) == (
         "ray", 2, 1.0, 2, True)
+
+
+def test_a_grid_key_with_the_affordance_prefix_searches_an_affordance_option():
+    cfg = EvalConfig.model_validate({"planners": [
+        {"name": "saycan", "label": "SayCan", "affordance": "kitchen_value", "affordance_options": {"pick_v_min": 0.1},
+         "grid": {"llm_score": ["sum", "mean"], "affordance.pick_v_min": [0.2, 0.3]}}]})
+    labels = [p.display for p in cfg.planners]
+    assert labels[0] == "SayCan [llm_score=sum affordance.pick_v_min=0.2]" and len(labels) == 4
+    last = cfg.planners[3]
+    assert last.options == {"llm_score": "mean"} and last.affordance_options == {"pick_v_min": 0.3}
+    assert cfg.planners[0].grounding_options.pick_v_min == 0.2
+    assert [p.display for p in EvalConfig.model_validate(cfg.model_dump()).planners] == labels
+    # each variant's affordance options are checked by the source, and a prefix key needs a source
+    with pytest.raises(ValueError, match=r"affordance 'kitchen_value' options.*pick_v_min"):
+        EvalConfig.model_validate({"planners": [{"name": "saycan", "affordance": "kitchen_value",
+                                                 "grid": {"affordance.pick_v_min": ["banana"]}}]})
+    with pytest.raises(ValueError, match="has affordance options but no affordance"):
+        EvalConfig.model_validate({"planners": [{"name": "saycan", "grid": {"affordance.pick_v_min": [0.2]}}]})
