@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
-from benchmarks.flops import model_shape  # noqa: E402
+from benchmarks.flops import attention_flops, linear_flops, model_shape  # noqa: E402
 from benchmarks.harness import data_file_args, load_average, report, setup_logging  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,14 +82,11 @@ def prompt_of(tokenizer: Any, n_tokens: int) -> str:
 def flops(shape: dict[str, int], context: int, segments: Sequence[int], cold: bool) -> float:
     """The model's own FLOPs to score options of ``segments`` tokens each after a ``context``-token prompt;
     ``cold`` adds the prompt's forward (causal) and its last logit."""
-    per_tok, att = 2 * shape["body"], 4 * shape["layers"] * shape["attn"]
-    logit = 2 * shape["hidden"] * shape["vocab"]
-    total = 0.0
-    for n in segments:  # an option's tokens sit at positions context .. context + n - 1
-        total += n * per_tok + att * (n * context + n * (n - 1) / 2) + n * logit
+    rows = logits = sum(segments)  # every option token is read
+    pairs = sum(n * context + n * (n - 1) / 2 for n in segments)  # at positions context .. context + n - 1, causal
     if cold:
-        total += context * per_tok + att * context * (context - 1) / 2 + logit
-    return total
+        rows, logits, pairs = rows + context, logits + 1, pairs + context * (context - 1) / 2
+    return linear_flops(shape, rows, logits) + attention_flops(shape, pairs)
 
 
 # ------------------------------------------------------------------ the sides

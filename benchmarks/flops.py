@@ -49,6 +49,18 @@ def model_shape(model: Any) -> dict[str, int]:
             "hidden": int(cfg.hidden_size), "vocab": int(cfg.vocab_size)}
 
 
+def linear_flops(shape: dict[str, int], rows: float, logit_rows: float) -> float:
+    """The linear layers' FLOPs: 2 x the body's parameters x input rows + 2 x the head's (hidden x vocabulary)
+    x the rows whose logits are computed."""
+    return 2.0 * (shape["body"] * rows + shape["hidden"] * shape["vocab"] * logit_rows)
+
+
+def attention_flops(shape: dict[str, int], pairs: float) -> float:
+    """The attention products' FLOPs for ``pairs`` (query row, key column) pairs: 4 x pairs x the attention
+    width x layers (the scores and the weighted sum)."""
+    return 4.0 * pairs * shape["attn"] * shape["layers"]
+
+
 def logit_rows(logits_to_keep: Any, rows: int) -> int:
     """How many of a forward's ``rows`` get logits: transformers' ``logits_to_keep`` is 0 (all), a count of
     last rows, or the row indices."""
@@ -65,8 +77,6 @@ class ForwardClock:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.shape = model_shape(model)
-        self.body_params = self.shape["body"]
-        self.head_params = self.shape["hidden"] * self.shape["vocab"]
         self.reset()
         self._t0 = 0.0
         model.register_forward_pre_hook(self._start, with_kwargs=True)
@@ -77,12 +87,11 @@ class ForwardClock:
 
     @property
     def linear_flops(self) -> float:
-        """2 x body parameters x input rows + 2 x head parameters x logit rows."""
-        return 2.0 * (self.body_params * self.tokens + self.head_params * self.logit_rows)
+        return linear_flops(self.shape, self.tokens, self.logit_rows)
 
     @property
     def attention_flops(self) -> float:
-        return 4.0 * self.attention * self.shape["attn"] * self.shape["layers"]
+        return attention_flops(self.shape, self.attention)
 
     @property
     def flops(self) -> float:

@@ -25,14 +25,15 @@ def test_the_clock_counts_body_rows_logit_rows_and_attention(flops, tie):
     clock = flops.ForwardClock(model)
     embed = 97 * 32
     total = sum(p.numel() for p in model.parameters())
-    assert clock.head_params == embed and clock.body_params == total - embed - (0 if tie else embed)
+    body = clock.shape["body"]
+    assert clock.shape["hidden"] * clock.shape["vocab"] == embed and body == total - embed - (0 if tie else embed)
     with torch.inference_mode():
         out = model(input_ids=torch.arange(5).unsqueeze(0), use_cache=True, logits_to_keep=1)
         model(input_ids=torch.tensor([[5, 6, 7]]), past_key_values=out.past_key_values, use_cache=True,
               logits_to_keep=torch.tensor([0, 2]))
     assert (clock.forwards, clock.tokens, clock.logit_rows) == (2, 8, 3)
     assert clock.attention == 5 * 5 + 3 * (5 + 3)  # query rows x key columns, dense
-    assert clock.linear_flops == 2 * (clock.body_params * 8 + embed * 3)
+    assert clock.linear_flops == 2 * (body * 8 + embed * 3)
     assert clock.attention_flops == 4 * clock.attention * 8 * 4 * 2  # head_dim 8, 4 heads, 2 layers
     assert clock.flops == clock.linear_flops + clock.attention_flops and clock.seconds > 0
     clock.reset()
