@@ -665,8 +665,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         fastest = min(peers, key=peers.get)
         peaks = {"float32": matmul_flops(torch.float32, "cpu"), "bfloat16": matmul_flops(torch.bfloat16, "cpu")}
         gp_s = float(np.exp(np.mean([math.log(w.seconds) for w in runs["groundplan"]])))
-        work = target_work(float(np.median(gp_flops)), gp_s, gp_s * peers[fastest], peaks)
-        print(f"work: groundplan's window ran {np.median(gp_flops) / 1e9:.0f} GFLOP (linear + attention) in {gp_s:.2f} s, "
+        window_flops = float(np.median(gp_flops))
+        work = target_work(window_flops, gp_s, gp_s * peers[fastest], peaks)
+        print(f"work: groundplan's window ran {window_flops / 1e9:.0f} GFLOP (linear + attention) in {gp_s:.2f} s, "
               f"{work['gp_peak_fraction']} of the {peaks['float32'] / 1e9:.0f} GFLOP/s float32 matmul peak "
               f"({work['floor_s']} s at the peak); {TARGET:g}x the fastest peer ({fastest}) means {work['target_s']} s: "
               f"{work['target_peak_fraction']} of the float32 peak, {work['target_peak_fraction_bfloat16']} of the "
