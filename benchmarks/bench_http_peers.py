@@ -22,12 +22,21 @@ cached), the same requests for every side; within a round the sides alternate (g
 process, then each server, the order flipping each round). The in-process side is the step the HTTP targets
 are stated against: the same steps' 51 options in one ``score`` call each, same thread count.
 
+Beside it, with groundplan among the sides, the engine's share of each setting runs in this process on the
+same steps (``bench_echo_requests.echo_step``): the step's texts in calls of as many as the setting has in
+flight (1, 8 or 51), each call's one-token generates after it, nothing of HTTP, JSON or the client. Its
+ratio to the in-process step (``gp_<setting>_engine_vs_inprocess``) is the floor under the setting's own: the
+part of a miss that no server or protocol work can recover. For the settings that send one call at a time
+the client's own seconds a step outside its calls (``gp_<setting>_client_s``: tokenising, building requests,
+reading answers, on the same cores) are reported too.
+
 Reported per side and setting: requests/s (the median over the rounds, logged with its range) and the p99
 seconds per HTTP call (timed inside the client's own call methods), a step's seconds over HTTP against the
-in-process step (``gp_<setting>_vs_inprocess``: 51 / requests-per-second / the in-process step's median),
+in-process step (``gp_<setting>_vs_inprocess``: a step's requests (51) / requests-per-second / the in-process
+step's median),
 and the largest log-likelihood difference between the sides on the requests both ran. Last line:
-``result: inprocess_step_s=... gp_c1_rps=... gp_c1_p99_s=... ... gp_b51_vs_inprocess=... ratio_c1=...
-max_abs_diff=... rounds=... threads=...``.
+``result: inprocess_step_s=... gp_c1_rps=... gp_c1_p99_s=... ... gp_b51_vs_inprocess=...
+gp_b51_engine_vs_inprocess=... gp_b51_client_s=... ratio_c1=... max_abs_diff=... rounds=... threads=...``.
 
     python benchmarks/bench_http_peers.py [--steps 2] [--rounds 3] [--threads 2] [--llamacpp-requests 4] [--sides groundplan llamacpp]
 """
@@ -48,6 +57,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.*, when run as a script
+from benchmarks.bench_echo_requests import echo_step  # noqa: E402
 from benchmarks.bench_peers import STEPS_FILE, load_steps  # noqa: E402
 from benchmarks.harness import percentile, report, setup_logging  # noqa: E402
 
@@ -184,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"{path} holds {len(steps)} steps; {args.rounds} rounds of {args.steps} need "
                          f"{args.steps * args.rounds}: record more with bench_peers.py --record")
     rounds = [steps[r * args.steps:(r + 1) * args.steps] for r in range(args.rounds)]
+    per_step = statistics.mean(len(s.options) for r in rounds for s in r)  # requests a step (51 in the kitchen)
 
     import torch
 
@@ -215,16 +226,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     failed: set[str] = set()
     lls: dict[str, list[float]] = {}
     step_s: list[float] = []
+    floor: dict[str, list[float]] = {}  # setting -> the engine's seconds a step, per round
+    client_s: dict[str, list[float]] = {}  # side_setting -> the client's seconds a step outside its calls
     try:
         engine.score(rounds[0][0].prompt, rounds[0][0].options[:1])  # warm, as each client's first call is
         for r, work_steps in enumerate(rounds):
             pairs = [(s.prompt, o) for s in work_steps for o in s.options]
             # the sides alternate within a round, the order flipping each round; every side gets these requests
-            order = ["inprocess", *servers] if r % 2 == 0 else [*reversed(list(servers)), "inprocess"]
+            local = ["inprocess", "engine"] if "groundplan" in servers else ["inprocess"]
+            order = [*local, *servers] if r % 2 == 0 else [*reversed(list(servers)), *reversed(local)]
             for side in order:
                 if side == "inprocess":
                     _, per = inprocess_window(engine, work_steps)
                     step_s += per
+                    continue
+                if side == "engine":  # the engine's share of each setting: its echo calls, in this process
+                    for setting in args.settings:
+                        concurrent, batch = SETTINGS[setting]
+                        floor.setdefault(setting, []).append(
+                            statistics.mean(echo_step(engine, s, concurrent * batch) for s in work_steps))
                     continue
                 proc, port = servers[side]
                 work = pairs if side == "groundplan" else pairs[: args.llamacpp_requests]
@@ -244,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         continue
                     rps.setdefault(key, []).append(len(work) / window)
                     calls.setdefault(key, []).extend(seconds)
+                    if concurrent == 1:  # one call at a time: what the window holds besides them is the client's
+                        client_s.setdefault(key, []).append((window - sum(seconds)) * per_step / len(work))
                     lls.setdefault(side, []).extend(got)
                     log.info("round %d %s %s: %d requests in %.1f s (%.2f req/s), %d calls, p50 %.2f s", r, side,
                              setting, len(work), window, len(work) / window, len(seconds), statistics.median(seconds))
@@ -267,10 +289,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         gp, lc = rps.get(f"groundplan_{setting}"), rps.get(f"llamacpp_{setting}")
         if gp and lc:
             fields[f"ratio_{setting}"] = f"{statistics.median(gp) / statistics.median(lc):.1f}"
-        if gp:  # seconds a step's 51 requests take over HTTP against the in-process step, per round
-            per_round = [51 / g / statistics.median(step_s) for g in gp]
+        if gp:  # seconds a step's requests take over HTTP against the in-process step, per round
+            per_round = [per_step / g / statistics.median(step_s) for g in gp]
             fields[f"gp_{setting}_vs_inprocess"] = f"{statistics.median(per_round):.2f}"
             log.info("groundplan %s: a step over HTTP / the in-process step: %s", setting, interval(per_round))
+        if floor.get(setting):  # the same ratio with nothing of HTTP, JSON or the client in it: its floor
+            engine_round = [f / statistics.median(step_s) for f in floor[setting]]
+            fields[f"gp_{setting}_engine_vs_inprocess"] = f"{statistics.median(engine_round):.2f}"
+            log.info("groundplan %s: the engine's share of a step / the in-process step: %s", setting,
+                     interval(engine_round))
+        if client_s.get(f"groundplan_{setting}"):
+            fields[f"gp_{setting}_client_s"] = f"{statistics.median(client_s[f'groundplan_{setting}']):.3f}"
     if "groundplan" in lls and "llamacpp" in lls:
         common = min(len(lls["groundplan"]), len(lls["llamacpp"]))
         diff = max(abs(a - b) for a, b in zip(lls["groundplan"][:common], lls["llamacpp"][:common]))
