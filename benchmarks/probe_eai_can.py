@@ -13,6 +13,10 @@ made, never to make one.
     python benchmarks/probe_eai_can.py --model models:/can-eai/1 --model models:/can-eai-listed/1 \\
         --llm smollm2-135m-instruct --output docs/results/data/eai/can_choice_validation.json
 
+``--feasibility`` adds, per Can, how well it separates each probed step's feasible skills from the infeasible ones
+(the simulator's own check after the gold history; the AUC, 0.5 for a Can that does not separate them), logged and
+in the result line as ``can_<model>_feasibility_auc`` (the mean over the probed steps).
+
 The data file renders as a ``<!-- can-probe: FILE -->`` block (``groundplan tables --render PAGE``). The
 last line is ``result: key=value ...``.
 """
@@ -35,6 +39,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=20, help="the test sample's size (--tasks test)")
     ap.add_argument("--sample-seed", type=int, default=0)
     ap.add_argument("--output", default=None, help="write the data file here")
+    ap.add_argument("--feasibility", action="store_true", help="also how well each Can separates the step's feasible "
+                    "skills from the infeasible ones by the simulator's own check (AUC), after the gold history")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -63,7 +69,7 @@ def main() -> None:
     log.info("probing %d %s tasks, %d gold steps each, with %s%s", len(task_ids), args.tasks, args.steps,
              ", ".join(models), f" and {args.llm}" if lm else "")
     rows = []
-    for r in can_probe.probe(task_ids, cans, lm, prompt=args.prompt, steps=args.steps):
+    for r in can_probe.probe(task_ids, cans, lm, prompt=args.prompt, steps=args.steps, feasibility=args.feasibility):
         log.info("%s step %d %s (%d skills): %s", r["task"], r["step"], r["gold"], r["skills"],
                  ", ".join(f"{k} {v}" for k, v in r["ranks"].items()))
         rows.append(r)
@@ -82,8 +88,14 @@ def main() -> None:
         can_probe.write(args.output, rows, **meta)
     print(can_probe.render_markdown({**meta, "rows": rows}))
     summary = {s["scorer"]: s for s in can_probe.summarise(rows)}
+    aucs = {label: [r["auc"][label] for r in rows if r.get("auc", {}).get(label) is not None] for label in labels}
+    for label, values in aucs.items():
+        if values:
+            log.info("can %s: feasible above infeasible (AUC) %.3f mean over %d steps, min %.3f", label,
+                     sum(values) / len(values), len(values), min(values))
     print("result: " + f"tasks={len(task_ids)} gold_steps={len(rows)} " + " ".join(
-        f"{k.replace(' ', '_').replace('×', 'x')}_median_rank={can_probe.format_rank(v['median'])}" for k, v in summary.items()))
+        f"{k.replace(' ', '_').replace('×', 'x')}_median_rank={can_probe.format_rank(v['median'])}" for k, v in summary.items())
+        + "".join(f" can_{label}_feasibility_auc={sum(v) / len(v):.3f}" for label, v in aucs.items() if v))
 
 
 if __name__ == "__main__":

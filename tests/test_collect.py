@@ -19,6 +19,7 @@ EXPECTED = {
     "init_obs": pa.string(), "actions": pa.list_(pa.string()), "observations": pa.list_(pa.string()),
     "feasible": pa.list_(pa.bool_()), "rewards": pa.list_(pa.float64()), "success": pa.bool_(),
     "source": pa.string(), "admissible": pa.list_(pa.list_(pa.string())),
+    "listed_feasible": pa.list_(pa.list_(pa.bool_())),
 }
 
 
@@ -188,3 +189,43 @@ def test_resume_refuses_a_store_collected_for_other_tasks(tmp_path):
         run_collect(cfg, progress=False)
     assert changed_id in str(err.value)
     assert run_collect(cfg, progress=False, fresh=True).appended == 16  # --fresh starts over
+
+
+def test_listed_actions_are_labelled_by_the_simulators_own_check(tmp_path):
+    """label_listed: each step's listed actions with their feasibility there, one label each; the expert's own
+    steps are among the feasible ones, and the env lists infeasible ones too (what a Can of feasibility trains on)."""
+    pytest.importorskip("virtualhome_eval")
+    cfg = config(tmp_path, env={"name": "virtualhome_eai", "options": {"task_set": "official", "limit": 20}},
+                 splits=["train"], limit=2, max_steps=40, label_listed=True)
+    run_collect(cfg, progress=False)
+    rows = load_trajectories(cfg.data_dir).to_pylist()
+    assert len(rows) == 2
+    labelled = [r for r in rows if any(r["admissible"])]
+    assert labelled
+    for row in labelled:
+        assert [len(a) for a in row["admissible"]] == [len(f) for f in row["listed_feasible"]]
+        for action, listed, labels in zip(row["actions"], row["admissible"], row["listed_feasible"]):
+            if action in listed:  # the expert's step ran: the check allowed it
+                assert labels[listed.index(action)], action
+        assert not all(all(f) for f in row["listed_feasible"])
+
+
+def test_label_listed_is_refused_before_collecting_where_the_env_has_no_check(tmp_path):
+    from groundplan.core.errors import InvalidInputError
+
+    cfg = config(tmp_path, label_listed=True)
+    with pytest.raises(InvalidInputError, match="does not declare feasibility_labels"):
+        run_collect(cfg, progress=False)
+    assert not cfg.data_dir.exists()
+
+
+def test_a_shard_written_before_the_labels_column_reads_it_as_null(tmp_path):
+    import pyarrow.parquet as pq
+
+    old = pa.schema([f for f in TRAJECTORY_SCHEMA if f.name != "listed_feasible"])
+    row = {"traj_id": "t0", "env": "babyai", "split": "train", "task_id": "0", "goal": "g", "init_obs": "o",
+           "actions": ["done"], "observations": ["o"], "feasible": [True], "rewards": [1.0], "success": True,
+           "source": "babyai_oracle", "admissible": [["done"]]}
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.Table.from_pylist([row], schema=old), tmp_path / "d" / "part-00000.parquet")
+    assert load_trajectories(tmp_path / "d").to_pylist() == [{**row, "listed_feasible": None}]

@@ -52,6 +52,34 @@ def test_the_gold_step_is_ranked_under_every_scorer_through_the_planners_own_pro
     assert lm.score_calls[0][1] == [" " + s for s in task_skills("124_1")]
 
 
+class CheckCan:
+    """p_can 0.9 for the skills the simulator allows after the given history, 0.2 for the others: a Can that
+    separates them perfectly, computed from the env's own check."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+
+    def score_sequences(self, goal, init_obs, items):
+        env = ENVS.get("virtualhome_eai")(task_set="all", ids=[self.task_id])
+        obs = env.reset(env.tasks()[0], 0)
+        for action in items[0][0]:
+            obs = env.execute(action).observation
+        return SimpleNamespace(can=np.array([0.9 if a == "done" or obs.state.check(a)[0] else 0.2 for _, a in items]))
+
+
+def test_feasibility_auc_measures_the_separation_of_feasible_from_infeasible_skills():
+    assert can_probe.feasibility_auc(np.array([0.9, 0.8, 0.1]), np.array([True, True, False])) == 1.0
+    assert can_probe.feasibility_auc(np.array([0.1, 0.9]), np.array([True, False])) == 0.0
+    assert can_probe.feasibility_auc(np.array([0.5, 0.5]), np.array([True, False])) == 0.5
+    assert can_probe.feasibility_auc(np.array([0.5, 0.5]), np.array([True, True])) is None
+    gold = list(load_task("124_1").reference_skills)
+    rows = list(can_probe.probe(["124_1"], {"check": CheckCan("124_1"), "flat": GoldCan(gold, 0.5, 0.5)}, steps=2,
+                                feasibility=True))
+    assert len(rows) == 2 and all(0 < r["feasible"] < r["skills"] for r in rows)
+    assert [r["auc"]["check"] for r in rows] == [1.0, 1.0] and [r["auc"]["flat"] for r in rows] == [0.5, 0.5]
+    assert "auc" not in next(can_probe.probe(["124_1"], {"flat": GoldCan(gold, 0.5, 0.5)}, steps=1))
+
+
 def _row(task, step, skills, **ranks):
     return {"task": task, "step": step, "skills": skills, "gold": "[WALK] <x>", "ranks": ranks}
 

@@ -316,3 +316,39 @@ def test_can_negatives_from_the_listed_actions():
     mine = [e.texts for e in can if e.texts[0].startswith("<Goal> g0")]
     assert [t[2].rsplit("<NXT> ", 1)[1] in {"switch on room", "eat door"} for t in mine] == [True, True, False]
     assert mine[2][2].rsplit("<NXT> ", 1)[1] in {"x", "y"}  # no list at the last step: another trajectory
+
+
+def test_can_negatives_of_feasibility_come_from_the_simulators_labels():
+    """'feasibility' takes both negatives from listed actions labelled infeasible at that step and adds a
+    triple whose positive is another feasible listed action; a step without labels, or with nothing
+    infeasible listed, falls back to 'listed'."""
+    import dataclasses
+
+    listed = (("a", "b", "c", "switch on room", "eat door"),) * 3
+    labels = ((True, False, True, False, False), (True, True, True, True, True), ())
+    traj = dataclasses.replace(_traj(0, ["a", "b", "done"], goal="g0"), listed=listed, listed_feasible=labels)
+    can = can_examples([traj, _traj(1, ["x", "y", "done"], goal="g1")], seed=0, negatives="feasibility")
+    mine = [[t.rsplit("<NXT> ", 1)[1] for t in e.texts] for e in can if e.texts[0].startswith("<Goal> g0")]
+    assert mine[0][0] == "a" and set(mine[0][1:]) <= {"b", "switch on room", "eat door"}
+    assert mine[1][0] == "c" and set(mine[1][1:]) <= {"b", "switch on room", "eat door"}  # the other feasible one
+    # step 1 lists nothing infeasible and step 2 has no labels: 'listed' triples, negatives off the trajectory's own
+    assert [m[0] for m in mine[2:]] == ["b", "done"] and mine[2][2] in {"c", "switch on room", "eat door"}
+    assert len(mine) == 4
+
+
+def test_a_can_of_feasibility_is_refused_before_training_on_data_without_labels(tmp_path):
+    from groundplan.datasets.store import ShardWriter
+    from groundplan.pipelines.train.canpay import build_examples, load_train_config
+
+    rows = [{"traj_id": f"t{i}", "env": "kitchen", "split": "train", "task_id": f"task{i}", "goal": f"g{i}",
+             "init_obs": "o", "actions": ["a", "done"], "observations": ["o", "o"], "feasible": [True, True],
+             "rewards": [0.0, 1.0], "success": True, "source": "reference_plan", "admissible": [["a", "b"], ["a"]]}
+            for i in range(4)]
+    with ShardWriter(tmp_path / "data") as writer:
+        for row in rows:
+            writer.append(row)
+    cfg_path = tmp_path / "can.yaml"
+    cfg_path.write_text(f"name: can-x\nmodel: {{kind: can}}\ndata: [{tmp_path / 'data'}]\nenv: kitchen\n"
+                        f"can_negatives: feasibility\noutput_dir: {tmp_path / 'out'}\n")
+    with pytest.raises(InvalidInputError, match="collect with label_listed: true"):
+        build_examples(load_train_config(cfg_path))

@@ -79,6 +79,8 @@ class WorkerSpec:
     affordance_server: Any = None
     source: TrajectorySource | None = None
     max_admissible: int | None = None
+    #: label each listed action's feasibility in collected rows (``collect``'s ``label_listed``)
+    label_listed: bool = False
     #: build envs as concurrent calls need them, up to ``envs`` (the serve API, whose concurrency is a
     #: ceiling), instead of all up front (sweeps, which use every env from the start)
     envs_on_demand: bool = False
@@ -184,7 +186,7 @@ class EpisodeWorker:
         planner = slot.trajectory_planner()
         row = run_trajectory(slot.env, item.task, item.seed, planner, source=slot.label, split=item.split,
                              traj_id=item.traj_id, max_steps=self.spec.max_steps,
-                             max_admissible=self.spec.max_admissible)
+                             max_admissible=self.spec.max_admissible, label_listed=self.spec.label_listed)
         if slot.expert is not None:  # an expert with a per-episode fallback says which one acted
             row["source"] = getattr(slot.expert, "source", slot.label)
         return row

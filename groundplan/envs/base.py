@@ -74,6 +74,10 @@ class EnvCapabilities:
     #: first task (its family, start state and metadata, never its goal), for an env whose reset needs a
     #: task's layout (tabletop seeds, Hanoi's rods, a BabyAI level, a VirtualHome program's graph)
     adhoc_scene: Literal["default", "first_task"] = "first_task"
+    #: every observation's ``state`` is a :class:`FeasibilityCheck` (the simulator's own precondition check of
+    #: an action in that state), so collection can record, for each listed action, whether it was feasible
+    #: there: training labels for a Can model of feasibility (``collect``'s ``label_listed``)
+    feasibility_labels: bool = False
 
 
 class ActionModel(Protocol):
@@ -97,6 +101,15 @@ class ActionModel(Protocol):
 
     def actions(self, state: Hashable) -> list[str]:
         """The actions the env lists in ``state``, in the env's order."""
+
+
+class FeasibilityCheck(Protocol):
+    """The simulator's own precondition check in one state (an env declaring ``feasibility_labels`` puts one
+    in ``Observation.state``): whether ``action`` would run there, and the reason when not. It reads the hidden
+    state, so only code that declares that truth calls it (collection, to label data; an oracle affordance)."""
+
+    def check(self, action: str) -> tuple[bool, str]:
+        """(the action would run now and change the state, the reason when not)."""
 
 
 class SymbolicModel(ActionModel, Protocol):

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundplan.core.errors import InfrastructureError
-from groundplan.core.truth import OracleDeclaration
+from groundplan.core.errors import InfrastructureError, InvalidInputError
+from groundplan.core.truth import OracleDeclaration, Truth
 from groundplan.core.types import Decision, Observation, StepResult, Task
-from groundplan.envs.base import ActionModel, Env, listed_actions
+from groundplan.envs.base import ActionModel, Env, FeasibilityCheck, listed_actions
 from groundplan.envs.experts import ANY_EXPERT, Expert
 from groundplan.planners.base import EpisodeProgress, Planner
 from groundplan.rollout.episode import run_episode
@@ -69,32 +69,51 @@ class ExpertPlanner(EpisodeProgress, Planner):
         return Decision(skill=action, done=done)
 
 
+#: what collection reads when it labels each listed action's feasibility (``label_listed``)
+FEASIBILITY_LABELS = OracleDeclaration(
+    "feasibility labels", frozenset({Truth.STATE}),
+    "collection labels each listed action with the simulator's own precondition check in that state "
+    "(training labels for a Can model of feasibility, as SayCan's value functions learn from the robot's outcomes; "
+    "Sec. 3); the planner that acts reads nothing of it")
+
+
 class TrajectoryRecorder(Planner):
     """Wraps the planner that acts and records, at each decision, the observation text and the actions it
     was shown. A step listing more than ``max_admissible`` actions records an empty list (VirtualHome
-    lists thousands per scene; the env, not the dataset, is their source).
+    lists thousands per scene; the env, not the dataset, is their source). With ``label_listed`` it also
+    records whether each of those actions was feasible there, by the simulator's own check (the
+    observation's :class:`~groundplan.envs.base.FeasibilityCheck`; the env must declare
+    ``feasibility_labels``); the env's ``done_skill`` is feasible everywhere, as the env runs it.
 
     The wrapped planner is given no action model (``use_action_model`` is not passed on): collected rows
     are what the planner does from the observations alone, as collection has always played it."""
 
-    def __init__(self, planner: Planner, max_admissible: int | None = None) -> None:
+    def __init__(self, planner: Planner, max_admissible: int | None = None, label_listed: bool = False,
+                 done_skill: str = "done") -> None:
         self.planner = planner
         self.max_admissible = max_admissible
+        self.label_listed = label_listed
+        self.done_skill = done_skill
         self.name = planner.name
         self.max_steps = planner.max_steps
         self.init_obs = ""
         self.observations: list[str] = []
         self.admissible: list[list[str]] = []
+        self.listed_feasible: list[list[bool]] = []
 
     def reset(self, task: Task, observation: Observation, seed: int = 0) -> None:
         self.init_obs = observation.text
-        self.observations, self.admissible = [], []
+        self.observations, self.admissible, self.listed_feasible = [], [], []
         self.planner.reset(task, observation, seed=seed)
 
     def next_step(self, observation: Observation, last: StepResult | None) -> Decision:
         self.observations.append(observation.text)
         allowed = listed_actions(observation)
-        self.admissible.append(allowed if self.max_admissible is None or len(allowed) <= self.max_admissible else [])
+        kept = allowed if self.max_admissible is None or len(allowed) <= self.max_admissible else []
+        self.admissible.append(kept)
+        if self.label_listed:
+            check: FeasibilityCheck = observation.state
+            self.listed_feasible.append([a == self.done_skill or bool(check.check(a)[0]) for a in kept])
         return self.planner.next_step(observation, last)
 
     def use_action_model(self, model: ActionModel | None) -> None:
@@ -102,7 +121,7 @@ class TrajectoryRecorder(Planner):
 
     @property
     def declarations(self) -> tuple[OracleDeclaration, ...]:
-        return self.planner.declarations
+        return self.planner.declarations + ((FEASIBILITY_LABELS,) if self.label_listed else ())
 
     @property
     def prompt(self) -> str:
@@ -110,11 +129,15 @@ class TrajectoryRecorder(Planner):
 
 
 def run_trajectory(env: Env, task: Task, seed: int, planner: Planner, *, source: str, split: str, traj_id: str,
-                   max_steps: int = 30, max_admissible: int | None = None) -> dict[str, Any]:
+                   max_steps: int = 30, max_admissible: int | None = None, label_listed: bool = False) -> dict[str, Any]:
     """Play ``task`` from ``seed`` with ``planner`` (an :class:`ExpertPlanner` or a registered planner) and
     return its row; raises :class:`EpisodeFailed` (or :class:`InfrastructureError`) when the episode
-    recorded an error."""
-    recorder = TrajectoryRecorder(planner, max_admissible)
+    recorded an error. ``label_listed``: label each listed action's feasibility (:class:`TrajectoryRecorder`);
+    an env that does not declare ``feasibility_labels`` is refused before the episode."""
+    if label_listed and not env.capabilities.feasibility_labels:
+        raise InvalidInputError(f"env {env.name!r} does not declare feasibility_labels: its observations carry no "
+                                "precondition check to label listed actions with (label_listed)")
+    recorder = TrajectoryRecorder(planner, max_admissible, label_listed, env.done_skill)
     trace = run_episode(recorder, env, task, seed, max_steps=max_steps, episode_id=traj_id, goal_only=True)
     if trace.error is not None:
         if trace.infrastructure_failure:
@@ -132,9 +155,12 @@ def trajectory_row(trace: EpisodeTrace, recorder: TrajectoryRecorder, done_skill
     rewards = [0.0] * len(actions)
     if trace.execution_success and rewards:
         rewards[-1] = 1.0
-    return {
+    row = {
         "traj_id": traj_id, "env": trace.env, "split": split, "task_id": trace.task_id, "goal": trace.instruction,
         "init_obs": recorder.init_obs, "actions": actions, "observations": list(recorder.observations),
         "feasible": [True if s.done else bool(s.success) for s in steps], "rewards": rewards,
         "success": bool(trace.execution_success), "source": source, "admissible": list(recorder.admissible),
     }
+    if recorder.label_listed:  # an optional column (the schema stores null without it)
+        row["listed_feasible"] = list(recorder.listed_feasible)
+    return row

@@ -38,13 +38,25 @@ def rank_of(values: np.ndarray, index: int) -> int:
     return 1 + int(np.sum(values > values[index]))
 
 
+def feasibility_auc(can: np.ndarray, feasible: np.ndarray) -> float | None:
+    """How well ``can`` separates the feasible skills of a step from the infeasible ones: the probability that a
+    feasible skill, drawn at random, scores above an infeasible one (ties count half; the area under the ROC
+    curve, the Mann-Whitney U over the pairs). None when the step has no skill of one kind."""
+    pos, neg = can[feasible], can[~feasible]
+    if not len(pos) or not len(neg):
+        return None
+    return float(np.mean((pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])))
+
+
 def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = None, prompt: str = "saycan_eai",
-          steps: int = 3, max_instruction_chars: int = 20000) -> Iterator[dict[str, Any]]:
+          steps: int = 3, max_instruction_chars: int = 20000, feasibility: bool = False) -> Iterator[dict[str, Any]]:
     """One row per probed gold step, yielded as it is scored (a step costs seconds to a minute): the task,
     the step, the number of skills and the gold step's rank under every scorer (module docstring).
     ``cans`` maps a label to a ``saycanpay_learned`` source; ``lm`` (a
     :class:`~groundplan.llm.base.LanguageModel`) adds the LLM and SayCan scorers, through SayCan's prompt
-    ``prompt`` built as the planner builds it."""
+    ``prompt`` built as the planner builds it. ``feasibility`` adds, per Can, :func:`feasibility_auc` of the
+    step's skills against the simulator's own precondition check after the gold history (``auc``; the env
+    replays the gold steps: the probe reads the simulator's truth to measure the Can, as a test set's labels)."""
     from groundplan.core.validation import validate_instruction
     from groundplan.envs.virtualhome.eai.env import task_skills
     from groundplan.envs.virtualhome.eai.tasks import load_task
@@ -57,15 +69,26 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
         skills = list(task_skills(task_id))
         gold = list(task.reference_skills)
         text = build_prompt(few_shot, validate_instruction(task.prompt, max_instruction_chars))
+        env = observation = None
+        if feasibility:
+            from groundplan.envs.virtualhome.eai.env import EAIVirtualHomeEnv
+
+            env = EAIVirtualHomeEnv(task_set="all", ids=[task_id])
+            observation = env.reset(env.tasks()[0], 0)
         for t in range(min(steps, len(gold))):
             if gold[t] not in skills:  # a gold line EAI's vocabulary lacks (e.g. [SLEEP]): nothing to rank
                 break
             g = skills.index(gold[t])
             ranks: dict[str, int] = {}
+            aucs: dict[str, float | None] = {}
             log_can = {}
+            feasible = (np.array([s == env.done_skill or observation.state.check(s)[0] for s in skills])
+                        if env is not None and observation is not None else None)
             for label, source in cans.items():
                 can = np.asarray(source.score_sequences(task.prompt, "", [(gold[:t], s) for s in skills]).can, dtype=float)
                 ranks[f"can {label}"] = rank_of(can, g)
+                if feasible is not None:
+                    aucs[label] = feasibility_auc(can, feasible)
                 with np.errstate(divide="ignore"):
                     log_can[label] = np.log(can)
             if lm is not None:
@@ -75,7 +98,11 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
                     ranks[f"LLM {mode}"] = rank_of(llm, g)
                     for label, lc in log_can.items():
                         ranks[f"SayCan {mode} × {label}"] = rank_of(llm + lc, g)
-            yield {"task": task_id, "step": t + 1, "skills": len(skills), "gold": gold[t], "ranks": ranks}
+            row = {"task": task_id, "step": t + 1, "skills": len(skills), "gold": gold[t], "ranks": ranks}
+            if feasible is not None:
+                row.update(feasible=int(feasible.sum()), auc=aucs)
+                observation = env.execute(gold[t]).observation  # type: ignore[union-attr]
+            yield row
             text += format_step(gold[t], t + 1, False)
 
 

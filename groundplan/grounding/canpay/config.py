@@ -109,10 +109,12 @@ class TrainConfig(TrainRunSpec):
                               "differences, but SayCan/SayCanPay multiply p_can as an absolute probability and "
                               "F1 needs a threshold, so the sigmoid is anchored this way; 0 is the paper's loss alone.")
     max_trajectories: int | None = Field(None, ge=2, description="Use at most this many trajectories (None: all).")
-    can_negatives: Literal["trajectories", "listed"] = Field(
+    can_negatives: Literal["trajectories", "listed", "feasibility"] = Field(
         "trajectories", description="Where a Can example's second negative comes from: another trajectory (Sec. 6.1) "
         "or the actions the env listed at that step, less the trajectory's own ('listed': for envs that list every "
-        "action over the task's objects, so the model sees steps no object allows).")
+        "action over the task's objects, so the model sees steps no object allows); 'feasibility': both negatives are "
+        "listed actions the simulator refused there, and another feasible listed action is a positive too (data "
+        "collected with label_listed; a Can of feasibility rather than of the expert's choice).")
     seed: int = Field(0, ge=0, description="Seeds the split, the negative sampling and the initialisation.")
     split_like: str | None = Field(None, min_length=1, description="A trained model (models:/<name>/<N> in "
                                    "tracking_uri, or its folder) whose validation tasks are this model's: every "

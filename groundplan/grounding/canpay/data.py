@@ -50,6 +50,9 @@ class Trajectory:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     #: the actions the env listed at each step (the collection's ``admissible``; empty where not recorded)
     listed: tuple[tuple[str, ...], ...] = field(default=(), compare=False)
+    #: whether each listed action was feasible at each step, by the simulator's check (the collection's
+    #: ``listed_feasible``, recorded with ``label_listed``; empty where not recorded)
+    listed_feasible: tuple[tuple[bool, ...], ...] = field(default=(), compare=False)
 
 
 def format_history(goal: str, init_obs: str, history: Sequence[str]) -> str:
@@ -115,6 +118,7 @@ def read_trajectories(paths: Iterable[str], env: str | None = None, split: str |
                 feasible=tuple(bool(x) for x in row["feasible"]), rewards=tuple(float(x) for x in row["rewards"]),
                 success=bool(row["success"]),
                 listed=tuple(tuple(a) for a in (row.get("admissible") or ())),
+                listed_feasible=tuple(tuple(bool(x) for x in a) for a in (row.get("listed_feasible") or ())),
             ))
     out.sort(key=lambda t: t.traj_id)
     return out
@@ -209,7 +213,7 @@ def _other(trajs: Sequence[Trajectory], i: int, rng: random.Random) -> Trajector
 
 
 def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
-                 negatives: Literal["trajectories", "listed"] = "trajectories") -> list[CanExample]:
+                 negatives: Literal["trajectories", "listed", "feasibility"] = "trajectories") -> list[CanExample]:
     """Sec. 6.1's triples [h_{t-1}, g, a_t, a_{t'≠t}, ã] for every feasible step of every trajectory.
 
     The history is the trajectory's own feasible prefix. A step is skipped when no negative differs
@@ -217,7 +221,15 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
     draws ã from the actions the env listed at that step, less the trajectory's own, instead of from
     another trajectory: where the env lists every action over the task's objects (EAI's VirtualHome),
     the Sec. 6.1 negatives are all sensible steps of some task, and the model never sees one that no
-    object allows (a room switched on); a step with no recorded list falls back to another trajectory."""
+    object allows (a room switched on); a step with no recorded list falls back to another trajectory.
+
+    ``negatives="feasibility"`` trains the Can on what the simulator allows, not on what the expert chose
+    (SayCan's affordance is the probability that a skill succeeds from the state, Sec. 3), from steps whose
+    listed actions collection labelled (``label_listed``): both negatives are listed actions that were
+    infeasible there (a switch on an object without one, a grab of what cannot be held, an effect that
+    already holds), and each step adds a second triple whose positive is another listed action that was
+    feasible there, so that feasible but unchosen steps are not taught as infeasible. A step without labels,
+    or with no infeasible listed action, falls back to ``"listed"``'s triple."""
     rng = random.Random(seed)
     out: list[CanExample] = []
     for i, tr in enumerate(trajs):
@@ -228,8 +240,14 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
             if not ok:  # an on-policy mistake at this point: a hard negative for the next positive
                 infeasible_here.append(action)
                 continue
+            if negatives == "feasibility" and (triples := _feasibility_triples(tr, t, action, rng)):
+                out += [CanExample(tuple(format_input(tr.goal, tr.init_obs, history, a) for a in triple))  # type: ignore[arg-type]
+                        for triple in triples]
+                history.append(action)
+                infeasible_here = []
+                continue
             same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
-            listed = [a for a in (tr.listed[t] if negatives == "listed" and t < len(tr.listed) else ()) if a not in taken]
+            listed = [a for a in (tr.listed[t] if negatives != "trajectories" and t < len(tr.listed) else ()) if a not in taken]
             other = None if listed else _other(trajs, i, rng)
             neg_other = listed or [a for a in (other.actions if other else ()) if a != action]
             neg_same = infeasible_here[-1] if infeasible_here else (rng.choice(same) if same else None)
@@ -244,6 +262,28 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
             history.append(action)
             infeasible_here = []
     return out
+
+
+def _feasibility_triples(tr: Trajectory, t: int, action: str, rng: random.Random) -> list[tuple[str, str, str]]:
+    """``can_examples``' triples of step ``t`` under ``negatives="feasibility"``: (the expert's action, two
+    infeasible listed actions) and (another feasible listed action, two infeasible ones); none when the step
+    has no labels or no infeasible listed action."""
+    if t >= len(tr.listed_feasible) or t >= len(tr.listed) or len(tr.listed[t]) != len(tr.listed_feasible[t]):
+        return []
+    labelled = list(zip(tr.listed[t], tr.listed_feasible[t]))
+    infeasible = [a for a, ok in labelled if not ok]
+    if not infeasible:
+        return []
+    feasible = [a for a, ok in labelled if ok and a != action]
+
+    def two() -> tuple[str, str]:
+        pair = rng.sample(infeasible, 2) if len(infeasible) > 1 else infeasible * 2
+        return pair[0], pair[1]
+
+    triples = [(action, *two())]
+    if feasible:
+        triples.append((rng.choice(feasible), *two()))
+    return triples
 
 
 def pay_examples(trajs: Sequence[Trajectory], delta: float, seed: int = 0) -> list[PayExample]:

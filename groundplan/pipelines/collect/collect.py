@@ -30,6 +30,7 @@ from groundplan.datasets.schema import TRAJECTORY_SCHEMA
 from groundplan.core.errors import InvalidInputError
 from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
+from groundplan.envs import ENVS
 from groundplan.envs.base import opened
 from groundplan.factory import build_env
 from groundplan.pipelines.collect.config import CollectConfig
@@ -116,6 +117,9 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
         from groundplan.config import probe_llm_needs
 
         probe_llm_needs(cfg.source.llm, [cfg.source.planner])
+    if cfg.label_listed and not ENVS.get(cfg.env.name).capabilities.feasibility_labels:
+        raise InvalidInputError(f"label_listed: env {cfg.env.name!r} does not declare feasibility_labels (its "
+                                "observations carry no precondition check to label the listed actions with)")
     data_dir = cfg.data_dir
     if fresh and data_dir.exists():
         for f in data_dir.iterdir():
@@ -162,7 +166,7 @@ def _run(cfg: CollectConfig, todo: list[CollectItem], sink: Callable, result: Co
     spec = WorkerSpec(cfg.env, cfg.max_steps, envs=1 if local else rt.envs_per_worker,
                       source=TrajectorySource(expert=s.expert, planner=s.planner, llm=s.llm)
                       if s.kind == "planner" else TrajectorySource(expert=s.expert),
-                      max_admissible=cfg.max_admissible)
+                      max_admissible=cfg.max_admissible, label_listed=cfg.label_listed)
 
     def failed_attempt(item: CollectItem, exc: BaseException, attempt: int, will_retry: bool) -> None:
         if will_retry:

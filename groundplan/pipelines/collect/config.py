@@ -87,6 +87,9 @@ class CollectConfig(BaseModel):
     limit: int | None = Field(None, ge=1, description="at most this many tasks per split (None: all)")
     max_admissible: int | None = Field(512, ge=1, description="a step admitting more actions than this "
                                        "records an empty admissible list (VirtualHome admits ~4.7k per scene)")
+    label_listed: bool = Field(False, description="also record, per step, whether each listed action was feasible "
+                               "there by the simulator's own precondition check (listed_feasible): labels for a Can "
+                               "of feasibility (can_negatives: feasibility); the env must declare feasibility_labels")
     max_steps: int = Field(30, ge=1, le=1000, description="step cap per trajectory (the done step included)")
     runtime: CollectRuntime = Field(default_factory=CollectRuntime, description="where it runs: 'ray' (worker "
                                     "actors, each with envs_per_worker envs) or 'local' (one worker in this "

@@ -97,6 +97,9 @@ def build_examples(cfg: TrainConfig, paths: list[str] | None = None,
     if len(trajs) < 2:
         raise InvalidInputError(f"{len(trajs)} trajectories of env={cfg.env} split={cfg.split} in {cfg.data}; "
                                 "training needs at least 2")
+    if cfg.model.kind == "can" and cfg.can_negatives == "feasibility" and not any(t.listed_feasible for t in trajs):
+        raise InvalidInputError(f"can_negatives: feasibility needs listed actions labelled by the simulator, and no "
+                                f"trajectory in {cfg.data} has them: collect with label_listed: true")
     from groundplan.envs import ENVS
 
     by = ENVS.get(cfg.env).capabilities.disjoint_by  # an env split by task name: its programs of a name are one task

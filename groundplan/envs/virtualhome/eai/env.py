@@ -131,7 +131,7 @@ class EAIVirtualHomeEnv(Env):
 
     name = "virtualhome_eai"
     capabilities = EnvCapabilities(measures=MEASURES, table_measures=("execution_success", *MEASURES), fixed_actions=True,
-                                   disjoint_by="instruction")
+                                   disjoint_by="instruction", feasibility_labels=True)
     #: ``{program: <task id>}``: the EAI task whose initial graph the episode starts from
     start_state_schema = VirtualHomeStartState
 
