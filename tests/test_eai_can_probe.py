@@ -78,6 +78,12 @@ def test_feasibility_auc_measures_the_separation_of_feasible_from_infeasible_ski
     assert len(rows) == 2 and all(0 < r["feasible"] < r["skills"] for r in rows)
     assert [r["auc"]["check"] for r in rows] == [1.0, 1.0] and [r["auc"]["flat"] for r in rows] == [0.5, 0.5]
     assert "auc" not in next(can_probe.probe(["124_1"], {"flat": GoldCan(gold, 0.5, 0.5)}, steps=1))
+    summary, pairs = can_probe.feasibility_summary(rows)
+    assert [(f["can"], f["steps"], f["tasks"], f["mean"]) for f in summary] == [("check", 2, 1, 1.0), ("flat", 2, 1, 0.5)]
+    assert [(c["a"], c["b"], c["tasks"], c["a_higher"], c["b_higher"]) for c in pairs] == [("check", "flat", 1, 1, 0)]
+    page = can_probe.render_markdown({"rows": rows})
+    assert "| `check` | 2 (1) | 1.000" in page and "| `check` vs `flat` | 1 | 1 | 0 |" in page
+    assert "AUC" not in can_probe.render_markdown({"rows": [{k: v for k, v in r.items() if k != "auc"} for r in rows]})
 
 
 def _row(task, step, skills, **ranks):

@@ -152,6 +152,35 @@ def compare(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]])
     return out
 
 
+def feasibility_summary(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """From rows probed with ``feasibility``: per Can, the mean AUC of its probed steps (interval clustered by
+    task), and per pair of Cans the sign test over the tasks where one's mean AUC is higher (exact, two-sided,
+    ties dropped; Holm over the pairs)."""
+    labels = list(dict.fromkeys(k for r in rows for k in r.get("auc", {})))
+    by_task = {lab: {} for lab in labels}  # type: dict[str, dict[str, list[float]]]
+    for r in rows:
+        for lab, v in r.get("auc", {}).items():
+            if v is not None:
+                by_task[lab].setdefault(r["task"], []).append(float(v))
+    summary = []
+    for lab in labels:
+        mean, lo, hi = clustered_mean_interval(list(by_task[lab].values()))
+        summary.append({"can": lab, "steps": sum(map(len, by_task[lab].values())), "tasks": len(by_task[lab]),
+                        "mean": mean, "lo": lo, "hi": hi})
+    pairs = []
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            common = sorted(set(by_task[a]) & set(by_task[b]))
+            ma = {t: statistics.mean(by_task[a][t]) for t in common}
+            mb = {t: statistics.mean(by_task[b][t]) for t in common}
+            a_higher, b_higher = sum(ma[t] > mb[t] for t in common), sum(mb[t] > ma[t] for t in common)
+            pairs.append({"a": a, "b": b, "tasks": len(common), "a_higher": a_higher, "b_higher": b_higher,
+                          "p": mcnemar_exact(a_higher, b_higher)})
+    for rec, adj in zip(pairs, holm_adjust([r["p"] for r in pairs])):
+        rec["p_holm"] = adj
+    return summary, pairs
+
+
 def choice(summary: Sequence[Mapping[str, Any]], among: Sequence[str]) -> str:
     """The rule the configs follow: the lowest median gold rank, then the lowest mean rank."""
     rows = [s for s in summary if s["scorer"] in among]
@@ -187,6 +216,18 @@ def render_markdown(data: Mapping[str, Any]) -> str:
     for name, among in data.get("choices", {}).items():
         lines += ["", f"Chosen {name} (lowest median gold rank, then mean): **`{choice(summary, among)}`** "
                       f"among {', '.join(f'`{a}`' for a in among)}."]
+    if any("auc" in r for r in rows):
+        feas, pairs_f = feasibility_summary(rows)
+        lines += ["", "How well each Can separates the step's feasible skills from the infeasible ones (the simulator's "
+                      "own check after the gold history; AUC, 0.5 for no separation):", "",
+                  "| Can | steps (tasks) | AUC, mean [95% CI, clustered by task] |", "|---|---|---|"]
+        lines += [f"| `{f['can']}` | {f['steps']} ({f['tasks']}) | {f['mean']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}] |"
+                  for f in feas]
+        if pairs_f:
+            lines += ["", "| paired by task (mean AUC) | tasks | first higher | second higher | sign test p | Holm p |",
+                      "|---|---|---|---|---|---|"]
+            lines += [f"| `{c['a']}` vs `{c['b']}` | {c['tasks']} | {c['a_higher']} | {c['b_higher']} | {c['p']:.3g} "
+                      f"| {c['p_holm']:.3g} |" for c in pairs_f]
     return "\n".join(lines) + "\n"
 
 
