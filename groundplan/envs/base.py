@@ -112,6 +112,23 @@ class FeasibilityCheck(Protocol):
         """(the action would run now and change the state, the reason when not)."""
 
 
+def require_feasibility_labels(env: "type[Env] | Env") -> None:
+    """Refuse to label listed actions for an env (its class or an instance) that does not declare
+    ``feasibility_labels``: its observations carry no :class:`FeasibilityCheck`."""
+    if not env.capabilities.feasibility_labels:
+        raise InvalidInputError(f"label_listed: env {env.name!r} does not declare feasibility_labels (its "
+                                "observations carry no precondition check to label the listed actions with)")
+
+
+def feasible_in(observation: Observation, actions: Sequence[str], done_skill: str) -> list[bool]:
+    """Whether each of ``actions`` would run in ``observation``'s state, by the simulator's own check (the state
+    is a :class:`FeasibilityCheck` where the env declares ``feasibility_labels``); the env's ``done_skill`` is
+    feasible everywhere, as the env runs it. It reads the hidden state: labels for training data or a probe,
+    never a planner's input."""
+    check: FeasibilityCheck = observation.state
+    return [a == done_skill or bool(check.check(a)[0]) for a in actions]
+
+
 class SymbolicModel(ActionModel, Protocol):
     """An env's rules for one task, without its simulator: the start state, each action's preconditions
     and effect, the actions listed in each state, and the goal. It must agree with the env's own

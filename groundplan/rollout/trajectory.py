@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from groundplan.core.errors import InfrastructureError, InvalidInputError
+from groundplan.core.errors import InfrastructureError
 from groundplan.core.truth import OracleDeclaration, Truth
 from groundplan.core.types import Decision, Observation, StepResult, Task
-from groundplan.envs.base import ActionModel, Env, FeasibilityCheck, listed_actions
+from groundplan.envs.base import ActionModel, Env, feasible_in, listed_actions, require_feasibility_labels
 from groundplan.envs.experts import ANY_EXPERT, Expert
 from groundplan.planners.base import EpisodeProgress, Planner
 from groundplan.rollout.episode import run_episode
@@ -112,8 +112,7 @@ class TrajectoryRecorder(Planner):
         kept = allowed if self.max_admissible is None or len(allowed) <= self.max_admissible else []
         self.admissible.append(kept)
         if self.label_listed:
-            check: FeasibilityCheck = observation.state
-            self.listed_feasible.append([a == self.done_skill or bool(check.check(a)[0]) for a in kept])
+            self.listed_feasible.append(feasible_in(observation, kept, self.done_skill))
         return self.planner.next_step(observation, last)
 
     def use_action_model(self, model: ActionModel | None) -> None:
@@ -134,9 +133,8 @@ def run_trajectory(env: Env, task: Task, seed: int, planner: Planner, *, source:
     return its row; raises :class:`EpisodeFailed` (or :class:`InfrastructureError`) when the episode
     recorded an error. ``label_listed``: label each listed action's feasibility (:class:`TrajectoryRecorder`);
     an env that does not declare ``feasibility_labels`` is refused before the episode."""
-    if label_listed and not env.capabilities.feasibility_labels:
-        raise InvalidInputError(f"env {env.name!r} does not declare feasibility_labels: its observations carry no "
-                                "precondition check to label listed actions with (label_listed)")
+    if label_listed:
+        require_feasibility_labels(env)
     recorder = TrajectoryRecorder(planner, max_admissible, label_listed, env.done_skill)
     trace = run_episode(recorder, env, task, seed, max_steps=max_steps, episode_id=traj_id, goal_only=True)
     if trace.error is not None:

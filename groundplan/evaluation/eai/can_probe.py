@@ -58,6 +58,7 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
     step's skills against the simulator's own precondition check after the gold history (``auc``; the env
     replays the gold steps: the probe reads the simulator's truth to measure the Can, as a test set's labels)."""
     from groundplan.core.validation import validate_instruction
+    from groundplan.envs.base import feasible_in
     from groundplan.envs.virtualhome.eai.env import task_skills
     from groundplan.envs.virtualhome.eai.tasks import load_task
     from groundplan.planners.prompt_files import load_prompt
@@ -82,8 +83,7 @@ def probe(task_ids: Sequence[str], cans: Mapping[str, Any], lm: Any | None = Non
             ranks: dict[str, int] = {}
             aucs: dict[str, float | None] = {}
             log_can = {}
-            feasible = (np.array([s == env.done_skill or observation.state.check(s)[0] for s in skills])
-                        if env is not None and observation is not None else None)
+            feasible = np.array(feasible_in(observation, skills, env.done_skill)) if env is not None else None
             for label, source in cans.items():
                 can = np.asarray(source.score_sequences(task.prompt, "", [(gold[:t], s) for s in skills]).can, dtype=float)
                 ranks[f"can {label}"] = rank_of(can, g)

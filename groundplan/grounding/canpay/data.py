@@ -240,25 +240,23 @@ def can_examples(trajs: Sequence[Trajectory], seed: int = 0,
             if not ok:  # an on-policy mistake at this point: a hard negative for the next positive
                 infeasible_here.append(action)
                 continue
-            if negatives == "feasibility" and (triples := _feasibility_triples(tr, t, action, rng)):
-                out += [CanExample(tuple(format_input(tr.goal, tr.init_obs, history, a) for a in triple))  # type: ignore[arg-type]
-                        for triple in triples]
-                history.append(action)
-                infeasible_here = []
-                continue
-            same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
-            listed = [a for a in (tr.listed[t] if negatives != "trajectories" and t < len(tr.listed) else ()) if a not in taken]
-            other = None if listed else _other(trajs, i, rng)
-            neg_other = listed or [a for a in (other.actions if other else ()) if a != action]
-            neg_same = infeasible_here[-1] if infeasible_here else (rng.choice(same) if same else None)
-            neg_tilde = rng.choice(neg_other) if neg_other else None
-            if neg_same is None:
-                neg_same = neg_tilde
-            if neg_tilde is None:
-                neg_tilde = neg_same
-            if neg_same is not None:
-                out.append(CanExample(tuple(format_input(tr.goal, tr.init_obs, history, a)
-                                            for a in (action, neg_same, neg_tilde))))  # type: ignore[arg-type]
+            triples = _feasibility_triples(tr, t, action, rng) if negatives == "feasibility" else []
+            if not triples:
+                same = [a for k, a in enumerate(tr.actions) if k != t and a != action and tr.feasible[k]]
+                listed = [a for a in (tr.listed[t] if negatives != "trajectories" and t < len(tr.listed) else ())
+                          if a not in taken]
+                other = None if listed else _other(trajs, i, rng)
+                neg_other = listed or [a for a in (other.actions if other else ()) if a != action]
+                neg_same = infeasible_here[-1] if infeasible_here else (rng.choice(same) if same else None)
+                neg_tilde = rng.choice(neg_other) if neg_other else None
+                if neg_same is None:
+                    neg_same = neg_tilde
+                if neg_tilde is None:
+                    neg_tilde = neg_same
+                if neg_same is not None:
+                    triples = [(action, neg_same, neg_tilde)]  # type: ignore[list-item]
+            out += [CanExample(tuple(format_input(tr.goal, tr.init_obs, history, a) for a in triple))  # type: ignore[arg-type]
+                    for triple in triples]
             history.append(action)
             infeasible_here = []
     return out

@@ -31,7 +31,7 @@ from groundplan.core.errors import InvalidInputError
 from groundplan.core.validation import some
 from groundplan.datasets.store import ShardWriter, load_trajectories, prompt_examples, stored_goals
 from groundplan.envs import ENVS
-from groundplan.envs.base import opened
+from groundplan.envs.base import opened, require_feasibility_labels
 from groundplan.factory import build_env
 from groundplan.pipelines.collect.config import CollectConfig
 
@@ -117,9 +117,8 @@ def run_collect(cfg: CollectConfig, *, progress: bool = True, fresh: bool = Fals
         from groundplan.config import probe_llm_needs
 
         probe_llm_needs(cfg.source.llm, [cfg.source.planner])
-    if cfg.label_listed and not ENVS.get(cfg.env.name).capabilities.feasibility_labels:
-        raise InvalidInputError(f"label_listed: env {cfg.env.name!r} does not declare feasibility_labels (its "
-                                "observations carry no precondition check to label the listed actions with)")
+    if cfg.label_listed:  # before any shard is touched
+        require_feasibility_labels(ENVS.get(cfg.env.name))
     data_dir = cfg.data_dir
     if fresh and data_dir.exists():
         for f in data_dir.iterdir():
