@@ -121,6 +121,37 @@ def _goal_cell(pair: tuple[int, int]) -> str:
     return "—" if d == 0 else f"{100 * k / d:.1f}% ({k}/{d})"
 
 
+#: the columns of a row's table (:func:`row_cells`)
+ROW_COLUMNS = ("model", "n", "success", "executable", *ERROR_COLUMNS, "node goals", "edge goals", "action goals",
+               "all goals")
+
+
+def row_cells(r: EAIRow) -> list[str]:
+    """One row's cells, in :data:`ROW_COLUMNS` order: the printed table's and the results page's."""
+    return [r.model, str(r.n), format_rate(r.successes, r.n, *r.success_ci),
+            format_rate(r.executable, r.n, *r.executable_ci), *(str(r.errors.get(c, 0)) for c in ERROR_COLUMNS),
+            *(_goal_cell(r.goals[k]) for k in ("node", "edge", "action", "all"))]
+
+
+CORRECTIONS_TITLE = ("Each correction alone on official, per model: verdicts changed / change in successes "
+                     "(+Nt/-Nt tasks added/dropped); count corrections: change per column")
+
+#: short names of the error columns in a count correction's cell (:func:`correction_cell`)
+_SHORT = {"parsing": "pa", "wrong_order": "wo", "missing_step": "ms", "affordance": "af", "additional_step": "ad"}
+
+
+def correction_cell(d: dict[str, int]) -> str:
+    """What one correction alone changes for one model. A verdict correction's cell is ``changed / Δsuccess``
+    (verdicts it changes on the tasks both score / change in successes) with ``+Nt``/``-Nt`` for tasks it
+    adds or drops; a count correction's cell is the change in each column it touches (``ms`` missing step,
+    ``af`` affordance, ``ad`` additional step, ``wo`` wrong order, ``pa`` parsing)."""
+    if "verdicts_changed" in d:
+        cell = f"{d['verdicts_changed']} / {d['success_delta']:+d}"
+        cell += f" +{d['tasks_added']}t" if d["tasks_added"] else ""
+        return cell + (f" -{d['tasks_dropped']}t" if d["tasks_dropped"] else "")
+    return " ".join(f"{_SHORT.get(k.removesuffix('_delta'), k)}{v:+d}" for k, v in d.items()) or "0"
+
+
 def render_rows(rows: list[EAIRow], title: str):
     """A rich table: models down; n, success and executability with 95% Wilson intervals, the error
     counts and goal satisfaction by kind across."""
@@ -128,13 +159,11 @@ def render_rows(rows: list[EAIRow], title: str):
     from rich.table import Table
 
     table = Table(title=escape(f"{title} (rates: % [95% Wilson interval])"))
-    for col in ("model", "n", "success", "executable", *ERROR_COLUMNS, "node goals", "edge goals",
-                "action goals", "all goals"):
+    for col in ROW_COLUMNS:
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     for r in rows:  # a run's row is named 'label [llm]': text, not rich markup
-        table.add_row(escape(r.model), str(r.n), format_rate(r.successes, r.n, *r.success_ci),
-                      format_rate(r.executable, r.n, *r.executable_ci), *(str(r.errors.get(c, 0)) for c in ERROR_COLUMNS),
-                      *(_goal_cell(r.goals[k]) for k in ("node", "edge", "action", "all")))
+        model, *cells = row_cells(r)
+        table.add_row(escape(model), *cells)
     return table
 
 

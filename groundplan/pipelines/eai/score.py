@@ -9,7 +9,7 @@ Written to the output folder:
 - ``verdicts.jsonl``: one record per task per model per semantics (error type, failing step index,
   goal counts, whether the semantics scores the task);
 - ``summary.json``: the rows (n, success and executability with 95% Wilson intervals, error counts,
-  goal satisfaction by kind), the evaluator-format summary of every official row, each correction's
+  goal satisfaction by kind), the evaluator's model order, the evaluator-format summary of every official row, each correction's
   count per model, the paired official/corrected McNemar tests, the dropped tasks with their reasons
   and the timing;
 - ``table.txt``: the printed tables.
@@ -41,7 +41,9 @@ from groundplan.evaluation.eai.semantics import (
 from groundplan.evaluation.eai.table import (
     EAIRow,
     aggregate,
+    CORRECTIONS_TITLE,
     carry_runtime_errors,
+    correction_cell,
     evaluator_model_order,
     official_summary,
     paired_success_tests,
@@ -159,6 +161,7 @@ def score(config: EAIScoreConfig) -> dict[str, Any]:
                 "edge_goals": len(t.edge_goals)} for t in tasks if t.official_drop or t.full_drop]
     result = {
         "models": models,
+        "evaluator_order": order,
         "tasks": {"all": len(tasks), "official": sum(t.in_official for t in tasks), "full": sum(t.in_full for t in tasks),
                   "drop_reasons": DROP_REASONS, "dropped": dropped},
         "rows": {n: [r.to_dict() for r in rs] for n, rs in rows.items()},
@@ -218,34 +221,16 @@ def render(result: dict[str, Any], rows: dict[str, list[EAIRow]]) -> str:
     return "\n".join(parts)
 
 
-#: short names of the error columns in the corrections table
-_SHORT = {"parsing": "pa", "wrong_order": "wo", "missing_step": "ms", "affordance": "af", "additional_step": "ad"}
-
-
 def corrections_table(result: dict[str, Any]):
-    """Models down, corrections across. A verdict correction's cell is ``changed / Δsuccess`` (verdicts
-    it changes on the tasks both score / change in successes) with ``+Nt``/``-Nt`` for tasks it adds or
-    drops; a count correction's cell is the change in each column it touches (``ms`` missing step,
-    ``af`` affordance, ``ad`` additional step, ``wo`` wrong order, ``pa`` parsing)."""
+    """Models down, corrections across, each cell :func:`~groundplan.evaluation.eai.table.correction_cell`."""
     from rich.markup import escape
     from rich.table import Table
 
     corrections = result["corrections"]
-    table = Table(title="Each correction alone on official, per model: verdicts changed / change in successes "
-                        "(+Nt/-Nt tasks added/dropped); count corrections: change per column")
+    table = Table(title=CORRECTIONS_TITLE)
     table.add_column("model", no_wrap=True)
     for c in corrections:
         table.add_column(c, justify="right", no_wrap=True)
     for m in result["models"]:
-        cells = []
-        for info in corrections.values():
-            d = info["per_model"][m]
-            if "verdicts_changed" in d:
-                cell = f"{d['verdicts_changed']} / {d['success_delta']:+d}"
-                cell += f" +{d['tasks_added']}t" if d["tasks_added"] else ""
-                cell += f" -{d['tasks_dropped']}t" if d["tasks_dropped"] else ""
-            else:
-                cell = " ".join(f"{_SHORT.get(k.removesuffix('_delta'), k)}{v:+d}" for k, v in d.items()) or "0"
-            cells.append(cell)
-        table.add_row(escape(m), *cells)
+        table.add_row(escape(m), *(correction_cell(info["per_model"][m]) for info in corrections.values()))
     return table
