@@ -33,7 +33,8 @@ def render_page(page: str | Path, write: bool = True, required: bool = True) -> 
         blocks += found
     if required and not blocks:
         raise InvalidInputError(f"{page} holds no block to render (<!-- outcomes: FILE -->, <!-- published-table: "
-                                "FILE -->, <!-- precision: FILE -->, <!-- pointnav: FILE -->, <!-- can-probe: FILE --> or <!-- eai-scores: FILE -->)")
+                                "FILE -->, <!-- precision: FILE -->, <!-- pointnav: FILE -->, <!-- can-probe: FILE --> "
+                                "or <!-- eai-scores: FILE -->)")
     if write and text != old:
         page.write_text(text, encoding="utf-8")
     return text

@@ -9,9 +9,9 @@ Written to the output folder:
 - ``verdicts.jsonl``: one record per task per model per semantics (error type, failing step index,
   goal counts, whether the semantics scores the task);
 - ``summary.json``: the rows (n, success and executability with 95% Wilson intervals, error counts,
-  goal satisfaction by kind), the evaluator's model order, the evaluator-format summary of every official row, each correction's
-  count per model, the paired official/corrected McNemar tests, the dropped tasks with their reasons
-  and the timing;
+  goal satisfaction by kind), the evaluator's model order, the evaluator-format summary of every
+  official row, each correction's count per model, the paired official/corrected McNemar tests, the
+  dropped tasks with their reasons and the timing;
 - ``table.txt``: the printed tables.
 """
 from __future__ import annotations
@@ -39,9 +39,9 @@ from groundplan.evaluation.eai.semantics import (
     only,
 )
 from groundplan.evaluation.eai.table import (
+    CORRECTIONS_TITLE,
     EAIRow,
     aggregate,
-    CORRECTIONS_TITLE,
     carry_runtime_errors,
     correction_cell,
     evaluator_model_order,
