@@ -136,20 +136,32 @@ def summarise(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _sign_test(a: Mapping[str, list[float]], b: Mapping[str, list[float]]) -> tuple[int, int, int, float]:
+    """Paired by task, on the tasks both have: how many have the higher mean value under ``a``, how many under
+    ``b``, and the exact two-sided sign test of those two counts (ties dropped). Returns (tasks, a higher,
+    b higher, p)."""
+    common = [t for t in a if t in b]
+    ma = {t: statistics.mean(a[t]) for t in common}
+    mb = {t: statistics.mean(b[t]) for t in common}
+    a_higher, b_higher = sum(ma[t] > mb[t] for t in common), sum(mb[t] > ma[t] for t in common)
+    return len(common), a_higher, b_higher, mcnemar_exact(a_higher, b_higher)
+
+
+def _with_holm(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with ``p_holm``: each ``p`` Holm-adjusted over them all."""
+    for rec, adj in zip(records, holm_adjust([r["p"] for r in records])):
+        rec["p_holm"] = adj
+    return records
+
+
 def compare(rows: Sequence[Mapping[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """Paired by task: the sign test on the tasks where one scorer's mean gold rank is lower than the other's
     (exact, two-sided; ties dropped), Holm-adjusted over ``pairs``."""
     out = []
     for a, b in pairs:
-        ma = {t: statistics.mean(v) for t, v in _by_task(rows, a).items()}
-        mb = {t: statistics.mean(v) for t, v in _by_task(rows, b).items()}
-        a_better = sum(ma[t] < mb[t] for t in ma)
-        b_better = sum(mb[t] < ma[t] for t in ma)
-        out.append({"a": a, "b": b, "tasks": len(ma), "a_better": a_better, "b_better": b_better,
-                    "p": mcnemar_exact(a_better, b_better)})
-    for rec, adj in zip(out, holm_adjust([r["p"] for r in out])):
-        rec["p_holm"] = adj
-    return out
+        tasks, a_higher, b_higher, p = _sign_test(_by_task(rows, a), _by_task(rows, b))
+        out.append({"a": a, "b": b, "tasks": tasks, "a_better": b_higher, "b_better": a_higher, "p": p})
+    return _with_holm(out)
 
 
 def feasibility_summary(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -170,15 +182,9 @@ def feasibility_summary(rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[st
     pairs = []
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
-            common = sorted(set(by_task[a]) & set(by_task[b]))
-            ma = {t: statistics.mean(by_task[a][t]) for t in common}
-            mb = {t: statistics.mean(by_task[b][t]) for t in common}
-            a_higher, b_higher = sum(ma[t] > mb[t] for t in common), sum(mb[t] > ma[t] for t in common)
-            pairs.append({"a": a, "b": b, "tasks": len(common), "a_higher": a_higher, "b_higher": b_higher,
-                          "p": mcnemar_exact(a_higher, b_higher)})
-    for rec, adj in zip(pairs, holm_adjust([r["p"] for r in pairs])):
-        rec["p_holm"] = adj
-    return summary, pairs
+            tasks, a_higher, b_higher, p = _sign_test(by_task[a], by_task[b])
+            pairs.append({"a": a, "b": b, "tasks": tasks, "a_higher": a_higher, "b_higher": b_higher, "p": p})
+    return summary, _with_holm(pairs)
 
 
 def choice(summary: Sequence[Mapping[str, Any]], among: Sequence[str]) -> str:
