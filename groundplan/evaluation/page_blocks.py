@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from groundplan.core.errors import InvalidInputError
 
 
 Render = Callable[[Path, re.Match[str]], str]
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, one line per row of cells."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def rewrite_blocks(text: str, page: Path, mark: re.Pattern[str], render: Render) -> tuple[str, int]:

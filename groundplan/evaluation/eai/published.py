@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from groundplan.evaluation.eai.semantics import EVALUATOR_RUNS, OFFICIAL, EAISemantics, official_run
+from groundplan.evaluation.page_blocks import markdown_table
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ def render_markdown(comparison: Comparison, shown: Sequence[str] = TABLE_SOURCES
     head = (["model"] + [_TITLES.get(src, src) for src in shown]
             + [_TITLES["process"] if r == "process" else f"official `[{r}]`" for r in runs]
             + ["`action_goal_order`: " + " / ".join("seed 0" if r == "process" else r for r in runs)])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     marked = comparison.published[shown[0]]
     for model in marked:
         cells = [model] + [f"{comparison.published[src][model]['success']} / "
@@ -233,8 +234,8 @@ def render_markdown(comparison: Comparison, shown: Sequence[str] = TABLE_SOURCES
                          f"{c.rate('executable'):.1f}{' ✓' if ok.get('executable') else ''} "
                          f"({c.successes}, {c.executable})")
         cells.append(" / ".join(str(comparison.runs[r][model].order_correction_changes) for r in runs))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append(cells)
+    return "\n".join(markdown_table(head, rows)) + "\n"
 
 
 def render_matches(comparison: Comparison) -> str:

@@ -35,6 +35,7 @@ from groundplan.evaluation.eai.table import (
     paired_success_tests,
     row_cells,
 )
+from groundplan.evaluation.page_blocks import markdown_table
 
 FORMAT = 1
 #: what each verdict keeps, in this order (the rest of :class:`~.judge.Verdict` is the answer itself)
@@ -83,11 +84,6 @@ def _verdicts(doc: dict[str, Any], semantics: str, model: str) -> list[Verdict]:
     return [Verdict(semantics=semantics, steps=[], **dict(zip(FIELDS, row))) for row in doc["verdicts"][semantics][model]]
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def render_markdown(doc: dict[str, Any]) -> str:
     """The rows of each semantics, the paired official/corrected tests and what each correction changes."""
     models, order = doc["models"], doc["evaluator_order"]
@@ -98,16 +94,16 @@ def render_markdown(doc: dict[str, Any]) -> str:
         rows.sort(key=lambda r: models.index(r.model))
         out += [f"EAI action sequencing, {name} semantics (rates: % [95% Wilson interval]; goals: satisfied/total "
                 "of each kind, summed over the scored tasks):", ""]
-        out += _table(list(ROW_COLUMNS), [row_cells(r) for r in rows]) + [""]
+        out += markdown_table(list(ROW_COLUMNS), [row_cells(r) for r in rows]) + [""]
     out += ["Official against corrected success on the tasks both score (exact McNemar, Holm over the "
             f"{len(models)} models):", ""]
     tests = paired_success_tests(verdicts["official"], verdicts["corrected"])
-    out += _table(["model", "pairs", "official only", "corrected only", "p", "Holm p"],
+    out += markdown_table(["model", "pairs", "official only", "corrected only", "p", "Holm p"],
                   [[t["model"], str(t["n_pairs"]), str(t["official_only"]), str(t["corrected_only"]),
                     f"{t['p_value']:.3g}", f"{t['p_holm']:.3g}"] for t in tests]) + [""]
     corrections = doc["corrections"]
     out += [CORRECTIONS_TITLE + ":", ""]
-    out += _table(["model", *corrections], [[m, *(correction_cell(corrections[c][m]) for c in corrections)]
+    out += markdown_table(["model", *corrections], [[m, *(correction_cell(corrections[c][m]) for c in corrections)]
                                            for m in models])
     t = doc["tasks"]
     out += ["", f"Tasks: {t['all']} (official set {t['official']}, full set {t['full']})."]
